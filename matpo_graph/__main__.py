@@ -1,0 +1,5 @@
+import sys
+
+from matpo_graph.cli import main
+
+sys.exit(main())

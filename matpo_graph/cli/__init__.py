@@ -1,0 +1,58 @@
+"""`matpo-graph` command line: each verb group lives in its own module with a `register(subparsers)`.
+
+Verb modules are imported only to register their arguments; heavy engines are imported inside the
+command functions, so `matpo-graph --help` and `validate` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["build_parser", "main"]
+
+# Module names under matpo_graph.cli, in the order their verbs appear in --help.
+VERB_MODULES: tuple[str, ...] = (
+    "graph_verbs",  # validate, schema, render, compile
+    "rollout_verbs",  # rollout
+    "env_verbs",  # env serve / env build
+    "credit_verbs",  # credit
+    "train_verbs",  # train, eval, report
+    "sft_verbs",  # sft, demos
+    "data_verbs",  # data to-parquet, data show
+    "viz_verbs",  # viz, show
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="matpo-graph",
+        description="Declarative multi-agent graphs compiled to MATPO reinforcement learning.",
+    )
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+    for name in VERB_MODULES:
+        try:
+            module = importlib.import_module(f"matpo_graph.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"matpo_graph.cli.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Compiler output: the rollout Program and the CreditPlan, plain serialisable data.
+
+A Program is self-contained: template sources (with hashes), tool specs and limits are copied in,
+so `matpo-graph train DIR` needs only the compiled folder.
+
+Template variables the runtime provides (the validator allows exactly these):
+
+=====================  =====================================================================
+variable               meaning
+=====================  =====================================================================
+``role``               the role's name
+``depth``              nesting depth of this trajectory (root = 0)
+``max_turns``          the role's turn limit
+``tools``              list of {name, description, parameters, kind} this role may call
+``tool_names``         the same names as a list of strings
+``tool_format``        "xml" or "hermes"
+``tool_instructions``  built-in text explaining how to write a call in ``tool_format``
+``answer_format``      "boxed" or "tag"
+``answer_instructions`` built-in text explaining how to write the final answer
+``question``           the root query (every role: the paper's "user query recap")
+``root_query``         alias of ``question``
+``subtask``            children only: the ``subtask`` argument of the delegation call ("" at the root)
+``args``               children only: all call arguments as a dict ({} at the root)
+``parent_role``        children only: the caller's role name (None at the root)
+=====================  =====================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "RUNTIME_VARIABLES",
+    "CallableView",
+    "CreditPlan",
+    "Program",
+    "RoleProgram",
+    "TemplateSource",
+]
+
+RUNTIME_VARIABLES: frozenset[str] = frozenset(
+    {
+        "role",
+        "depth",
+        "max_turns",
+        "tools",
+        "tool_names",
+        "tool_format",
+        "tool_instructions",
+        "answer_format",
+        "answer_instructions",
+        "question",
+        "root_query",
+        "subtask",
+        "args",
+        "parent_role",
+    }
+)
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TemplateSource(_Data):
+    source: str = Field(description="Jinja source text.")
+    origin: str = Field(description="'inline', 'builtin:<name>' or the file path relative to the graph file.")
+    sha256: str = Field(description="Hex digest of `source`, recorded with every run.")
+
+
+class CallableView(_Data):
+    """Something a role may call, as the model sees it (OpenAI function format) plus how it runs."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    kind: Literal["tool", "child"]
+    target: str = Field(description="Tool name in Program.tools, or the child role name.")
+    max_parallel: int = 1
+    max_result_chars: int = 4000
+
+
+class RoleProgram(_Data):
+    name: str
+    description: str = ""
+    system: TemplateSource
+    user: TemplateSource
+    summary: TemplateSource
+    examples: list[list[dict[str, str]]] = Field(default_factory=list, description="Resolved few-shot messages [{role, content}].")
+    callables: list[CallableView] = Field(default_factory=list)
+    max_turns: int
+    max_tokens_per_turn: int
+    final_summary: Literal["never", "always", "on_overflow"]
+    trainable: bool = True
+    temperature: float | None = None
+
+    def callable(self, name: str) -> CallableView | None:
+        for c in self.callables:
+            if c.name == name:
+                return c
+        return None
+
+
+class Program(_Data):
+    """Everything the executor needs to run the graph."""
+
+    format_version: int = 1
+    graph_name: str
+    graph_sha256: str
+    root: str
+    tool_call_format: Literal["xml", "hermes"]
+    answer_format: Literal["boxed", "tag"]
+    roles: dict[str, RoleProgram]
+    tools: dict[str, dict[str, Any]] = Field(description="ToolSpec dumps by name (backend, config, timeouts).")
+    max_depth: int
+    context_tokens: int
+    summary_reserve: int
+    max_concurrency: int
+
+    def template_hashes(self) -> dict[str, str]:
+        """{'<role>.<part>': sha256} for every template, recorded with each run and checkpoint."""
+        out: dict[str, str] = {}
+        for name, role in sorted(self.roles.items()):
+            for part in ("system", "user", "summary"):
+                out[f"{name}.{part}"] = getattr(role, part).sha256
+        return out
+
+
+class CreditPlan(_Data):
+    """How the root's reward becomes per-token advantages, and how the loss is aggregated."""
+
+    format_version: int = 1
+    root: str
+    group_by: Literal["question"] = "question"
+    group_size: int
+    strategy: str
+    normalization: Literal["std", "mean_only"]
+    epsilon: float
+    single_member: Literal["zero", "passthrough"]
+    loss_agg: Literal["tree_token_mean", "token_mean", "seq_mean_token_mean"]
+    clip_ratio_low: float
+    clip_ratio_high: float
+    dual_clip: float | None
+    kl_coef: float
+    kl_estimator: Literal["k1", "k3"]
+    answer_format: Literal["boxed", "tag"]
+    accuracy_scorer: str
+    accuracy_weight: float
+    format_weight: float
+    no_call_score: float
+    judge: dict[str, Any] | None = None
+    trained_roles: list[str] = Field(description="Roles whose trajectories enter the loss.")

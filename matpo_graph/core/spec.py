@@ -1,0 +1,284 @@
+"""The graph DSL: pydantic models for what users write in YAML.
+
+These models check *shape* only (types, enums, unknown keys). Cross-references,
+reachability, recursion bounds and template variables are checked afterwards by
+:mod:`matpo_graph.core.validate`, so that every problem of a file is reported at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "AccuracySpec",
+    "CreditSpec",
+    "Edge",
+    "ExampleMessage",
+    "FormatSpec",
+    "Graph",
+    "JudgeSpec",
+    "KLSpec",
+    "Limits",
+    "RewardSpec",
+    "Role",
+    "TemplateRef",
+    "ToolSpec",
+    "DEFAULT_EDGE_PARAMETERS",
+    "NAME_PATTERN",
+]
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+_TEMPLATE_FILE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".txt", ".md")
+
+DEFAULT_EDGE_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "subtask": {
+            "type": "string",
+            "description": "A self-contained description of the subtask to delegate.",
+        }
+    },
+    "required": ["subtask"],
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class TemplateRef(_Strict):
+    """A Jinja template given either inline (`text`) or as a file relative to the graph file."""
+
+    text: str | None = Field(default=None, description="Inline Jinja source.")
+    file: str | None = Field(default=None, description="Path of a Jinja file, relative to the graph file.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "TemplateRef":
+        if (self.text is None) == (self.file is None):
+            raise ValueError("give exactly one of 'text' or 'file'")
+        return self
+
+    @classmethod
+    def coerce(cls, value: Any) -> Any:
+        """A bare string is a file path when it is one line ending in a template suffix, else inline text."""
+        if isinstance(value, str):
+            one_line = "\n" not in value.strip() and "{{" not in value and "{%" not in value
+            if one_line and value.strip().endswith(_TEMPLATE_FILE_SUFFIXES):
+                return {"file": value.strip()}
+            return {"text": value}
+        return value
+
+
+Template = Annotated[TemplateRef, Field(description="Inline Jinja text, a file path ending in .j2/.jinja/.txt/.md, or {text|file: ...}.")]
+
+
+def _coerce_template(value: Any) -> Any:
+    return TemplateRef.coerce(value)
+
+
+class ExampleMessage(_Strict):
+    """One message of a few-shot demonstration. Examples are shown to the model and never trained on."""
+
+    role: Literal["user", "assistant", "tool"] = Field(description="Who speaks.")
+    content: str = Field(description="Message text. Assistant tool calls use the graph's tool_call_format.")
+
+
+class Role(_Strict):
+    """An agent role: prompts, the tools it may use and how its trajectory ends.
+
+    The edges leaving a role (see `Graph.edges`) are the agent-tools it may call.
+    """
+
+    description: str = Field(default="", description="What this role does; shown in drawings.")
+    system: Template = Field(description="System prompt template.")
+    user: Template | None = Field(
+        default=None,
+        description="First user message template. Default: the question for the root, the subtask plus a recap of the root query for children.",
+    )
+    tools: list[str] = Field(default_factory=list, description="Names of tools (from `tools:`) this role may call.")
+    max_turns: int = Field(default=8, ge=1, le=256, description="Model turns before the trajectory is closed.")
+    max_tokens_per_turn: int = Field(default=512, ge=1, le=131072, description="Generation cap for one model turn.")
+    final_summary: Literal["never", "always", "on_overflow"] = Field(
+        default="never",
+        description="When to ask for a closing summary turn: never, always (workers: what the parent sees), or only when turns or context run out.",
+    )
+    summary_prompt: Template | None = Field(default=None, description="Template of the summary instruction; a built-in one when omitted.")
+    examples: list[list[ExampleMessage]] | str = Field(
+        default_factory=list,
+        description="Few-shot demonstrations placed before the task (never trained on): a list of message lists, or a YAML/JSON file with one.",
+    )
+    trainable: bool = Field(default=True, description="Whether this role's trajectories enter the loss.")
+    temperature: float | None = Field(default=None, ge=0.0, le=5.0, description="Sampling temperature override for this role.")
+
+    _coerce_system = field_validator("system", mode="before")(lambda cls, v: _coerce_template(v))
+    _coerce_user = field_validator("user", "summary_prompt", mode="before")(lambda cls, v: _coerce_template(v))
+
+
+class ToolSpec(_Strict):
+    """A tool in OpenAI function format plus the backend that runs it."""
+
+    description: str = Field(description="What the tool does, as the model sees it.")
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema (draft 2020-12) of the arguments object.",
+    )
+    backend: Literal["search", "scrape", "python"] = Field(description="Which implementation runs the tool.")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Backend settings: search {endpoint, api_key_env, num_results, blocklist}; scrape {allow_hosts, format, blocklist}; python {function: 'module:function'}.",
+    )
+    timeout_s: float = Field(default=20.0, gt=0, le=600, description="Per-attempt timeout in seconds.")
+    retries: int = Field(default=2, ge=0, le=10, description="Retries on timeouts, 429 and 5xx, with backoff.")
+    max_output_chars: int = Field(default=4000, ge=64, le=1_000_000, description="Tool output is truncated to this size.")
+
+    @model_validator(mode="after")
+    def _python_needs_function(self) -> "ToolSpec":
+        if self.backend == "python":
+            fn = self.config.get("function")
+            if not isinstance(fn, str) or not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", fn):
+                raise ValueError("a python tool needs config.function of the form 'package.module:function'")
+        return self
+
+
+class Edge(_Strict):
+    """A delegation edge: `from` may call `to` as a tool named `as`; each call runs a nested rollout."""
+
+    from_: str = Field(alias="from", description="Parent role.")
+    to: str = Field(description="Child role.")
+    as_: str = Field(alias="as", description="The tool name the parent sees.")
+    description: str = Field(default="Delegate a subtask to a helper agent and get back its summary.", description="Tool description shown to the parent.")
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: dict(DEFAULT_EDGE_PARAMETERS),
+        description="JSON Schema of the call arguments; by default one string `subtask`.",
+    )
+    max_parallel: int = Field(default=4, ge=1, le=256, description="Concurrent child rollouts per parent turn on this edge.")
+    max_result_chars: int = Field(default=2000, ge=64, le=100_000, description="Cap on the child summary returned to the parent.")
+
+    @field_validator("as_")
+    @classmethod
+    def _tool_name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"tool name {v!r} must match {NAME_PATTERN}")
+        return v
+
+
+class JudgeSpec(_Strict):
+    """An LLM judge behind any OpenAI-compatible endpoint."""
+
+    endpoint: str = Field(description="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")
+    model: str = Field(description="Model name sent to the server.")
+    api_key_env: str | None = Field(default=None, description="Environment variable holding the API key (never logged).")
+    retries: int = Field(default=2, ge=0, le=10)
+    timeout_s: float = Field(default=30.0, gt=0)
+    fallback: Literal["exact_match", "f1", "contains", "numeric"] = Field(default="contains", description="Local scorer used when the judge fails.")
+
+
+class AccuracySpec(_Strict):
+    scorer: Literal["exact_match", "f1", "contains", "numeric", "judge"] = Field(default="exact_match", description="How the final answer is compared with the gold aliases.")
+    weight: float = Field(default=0.9, ge=0.0, le=1.0)
+    judge: JudgeSpec | None = Field(default=None, description="Required when scorer is 'judge'.")
+    numeric_tolerance: float = Field(default=1e-6, ge=0.0, description="Relative tolerance of the numeric scorer.")
+
+    @model_validator(mode="after")
+    def _judge_needs_config(self) -> "AccuracySpec":
+        if self.scorer == "judge" and self.judge is None:
+            raise ValueError("scorer 'judge' needs a 'judge' block (endpoint, model)")
+        return self
+
+
+class FormatSpec(_Strict):
+    weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    no_call_score: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Format score of a trajectory that could call tools but made no call (0 by default, so that never calling is not rewarded).",
+    )
+
+
+class RewardSpec(_Strict):
+    """reward = accuracy.weight * acc + format.weight * fmt (paper: 0.9 and 0.1)."""
+
+    answer_format: Literal["boxed", "tag"] = Field(default="boxed", description="Final answers as \\boxed{...} or <answer>...</answer>.")
+    accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
+    format: FormatSpec = Field(default_factory=FormatSpec)
+
+
+class KLSpec(_Strict):
+    coef: float = Field(default=0.0, ge=0.0, description="Weight of the KL penalty to the reference policy; 0 disables it.")
+    estimator: Literal["k1", "k3"] = Field(default="k3")
+
+
+class CreditSpec(_Strict):
+    """How the root reward becomes advantages, and how the loss is aggregated."""
+
+    strategy: str = Field(
+        default="broadcast",
+        description="broadcast (MATPO), root_only, role_normalized, or a custom 'module:function'.",
+    )
+    normalization: Literal["std", "mean_only"] = Field(default="std", description="GRPO: divide by the group's unbiased std, or only subtract the mean.")
+    group_size: int = Field(default=4, ge=1, le=1024, description="Root rollouts per question (G).")
+    epsilon: float = Field(default=1e-6, gt=0.0)
+    single_member: Literal["zero", "passthrough"] = Field(
+        default="zero",
+        description="A group of one gets advantage 0 (zero) or its raw score (passthrough, as verl does).",
+    )
+    loss_agg: Literal["tree_token_mean", "token_mean", "seq_mean_token_mean"] = Field(default="tree_token_mean")
+    clip_ratio_low: float = Field(default=0.2, gt=0.0, lt=1.0)
+    clip_ratio_high: float = Field(default=0.2, gt=0.0)
+    dual_clip: float | None = Field(default=None, gt=1.0, description="Dual-clip constant c (>1) for negative advantages; off when null.")
+    kl: KLSpec = Field(default_factory=KLSpec)
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_or_import_path(cls, v: str) -> str:
+        if v in ("broadcast", "root_only", "role_normalized"):
+            return v
+        if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
+            return v
+        raise ValueError(f"unknown credit strategy {v!r}: use broadcast, root_only, role_normalized or 'module:function'")
+
+
+class Limits(_Strict):
+    max_depth: int = Field(default=2, ge=1, le=16, description="Deepest nesting level allowed (root is depth 0).")
+    context_tokens: int = Field(default=8192, ge=256, le=1_048_576, description="Token budget of one trajectory's context.")
+    summary_reserve: int = Field(default=512, ge=0, description="Tokens kept free for the closing summary or answer.")
+    max_concurrency: int = Field(default=64, ge=1, le=4096, description="Global cap on concurrent tool and child calls of one rollout tree.")
+
+
+class Graph(_Strict):
+    """A multi-agent graph: roles, tools, delegation edges, reward, credit and limits."""
+
+    name: str = Field(description="Graph name.")
+    description: str = Field(default="")
+    root: str = Field(description="The role that receives the question and whose answer is scored.")
+    tool_call_format: Literal["xml", "hermes"] = Field(
+        default="hermes",
+        description="xml: <use_tool><name>..</name><arguments>{json}</arguments></use_tool>; hermes: <tool_call>{\"name\":..,\"arguments\":{..}}</tool_call>.",
+    )
+    roles: dict[str, Role] = Field(description="Roles by name.")
+    tools: dict[str, ToolSpec] = Field(default_factory=dict, description="Tools by name.")
+    edges: list[Edge] = Field(default_factory=list, description="Delegation edges.")
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+    credit: CreditSpec = Field(default_factory=CreditSpec)
+    limits: Limits = Field(default_factory=Limits)
+
+    @field_validator("roles", "tools")
+    @classmethod
+    def _names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        bad = [k for k in v if not _NAME_RE.match(k)]
+        if bad:
+            raise ValueError(f"names must match {NAME_PATTERN}: {', '.join(map(repr, bad))}")
+        return v
+
+    def edges_from(self, role: str) -> list[Edge]:
+        """Edges the given role may call, in declaration order."""
+        return [e for e in self.edges if e.from_ == role]
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """A plain dict that loads back into an equal Graph (aliases used, defaults dropped)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)

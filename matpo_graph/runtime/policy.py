@@ -1,0 +1,43 @@
+"""The one protocol every policy backend implements: prompt token ids in, sampled ids and logprobs out."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Generation", "Policy", "PolicyError", "SamplingParams"]
+
+
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(default=1.0, ge=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=512, ge=1)
+    stop: tuple[str, ...] = Field(default=(), description="Stop strings (kept in the output, see include_stop).")
+    seed: int | None = None
+
+
+class Generation(BaseModel):
+    """What a policy sampled. `logprobs[i]` is the sampling logprob of `token_ids[i]`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str = "stop"
+    text: str | None = Field(default=None, description="Decoded text, when the backend has it.")
+
+
+class PolicyError(RuntimeError):
+    """A policy backend failed to produce a generation (recorded in the trajectory, never fatal)."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A shared LLM policy. One instance plays every role; only the prompts differ."""
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        """Sample a continuation of `prompt_ids`. Must be safe to call concurrently."""
+        ...
