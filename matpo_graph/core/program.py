@@ -3,26 +3,8 @@
 A Program is self-contained: template sources (with hashes), tool specs and limits are copied in,
 so `matpo-graph train DIR` needs only the compiled folder.
 
-Template variables the runtime provides (the validator allows exactly these):
-
-=====================  =====================================================================
-variable               meaning
-=====================  =====================================================================
-``role``               the role's name
-``depth``              nesting depth of this trajectory (root = 0)
-``max_turns``          the role's turn limit
-``tools``              list of {name, description, parameters, kind} this role may call
-``tool_names``         the same names as a list of strings
-``tool_format``        "xml" or "hermes"
-``tool_instructions``  built-in text explaining how to write a call in ``tool_format``
-``answer_format``      "boxed" or "tag"
-``answer_instructions`` built-in text explaining how to write the final answer
-``question``           the root query (every role: the paper's "user query recap")
-``root_query``         alias of ``question``
-``subtask``            children only: the ``subtask`` argument of the delegation call ("" at the root)
-``args``               children only: all call arguments as a dict ({} at the root)
-``parent_role``        children only: the caller's role name (None at the root)
-=====================  =====================================================================
+Template variables the runtime provides are listed, with their meaning, in `RUNTIME_VARIABLE_DOCS`;
+the validator allows exactly these names (`RUNTIME_VARIABLES`) and docs/dsl-reference.md lists them.
 """
 
 from __future__ import annotations
@@ -33,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "RUNTIME_VARIABLES",
+    "RUNTIME_VARIABLE_DOCS",
     "CallableView",
     "CreditPlan",
     "Program",
@@ -40,24 +23,24 @@ __all__ = [
     "TemplateSource",
 ]
 
-RUNTIME_VARIABLES: frozenset[str] = frozenset(
-    {
-        "role",
-        "depth",
-        "max_turns",
-        "tools",
-        "tool_names",
-        "tool_format",
-        "tool_instructions",
-        "answer_format",
-        "answer_instructions",
-        "question",
-        "root_query",
-        "subtask",
-        "args",
-        "parent_role",
-    }
-)
+RUNTIME_VARIABLE_DOCS: dict[str, str] = {
+    "role": "the role's name",
+    "depth": "nesting depth of this trajectory (root = 0)",
+    "max_turns": "the role's turn limit",
+    "tools": "list of {name, description, parameters, kind} this role may call (kind: tool or child)",
+    "tool_names": "the same names as a list of strings",
+    "tool_format": '"xml" or "hermes"',
+    "tool_instructions": "built-in text listing the callables and showing how to write a call in tool_format",
+    "answer_format": '"boxed" or "tag"',
+    "answer_instructions": "built-in text explaining how to write the final answer (helpers: their report)",
+    "question": "the root query, for every role (the paper's recap of the user query)",
+    "root_query": "alias of question",
+    "subtask": 'children only: the subtask argument of the delegation call ("" at the root)',
+    "args": "children only: all call arguments as a dict ({} at the root)",
+    "parent_role": "children only: the caller's role name (None at the root)",
+}
+
+RUNTIME_VARIABLES: frozenset[str] = frozenset(RUNTIME_VARIABLE_DOCS)
 
 
 class _Data(BaseModel):
@@ -151,4 +134,9 @@ class CreditPlan(_Data):
     format_weight: float
     no_call_score: float
     judge: dict[str, Any] | None = None
+    numeric_tolerance: float = Field(default=1e-6, ge=0.0, description="Relative tolerance of the numeric accuracy scorer.")
+    calling_roles: list[str] | None = Field(
+        default=None,
+        description="Roles that have something to call (tools or edges); format scoring skips the others. None: every role.",
+    )
     trained_roles: list[str] = Field(description="Roles whose trajectories enter the loss.")

@@ -7,10 +7,11 @@ reachability, recursion bounds and template variables are checked afterwards by
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "AccuracySpec",
@@ -73,11 +74,11 @@ class TemplateRef(_Strict):
         return value
 
 
-Template = Annotated[TemplateRef, Field(description="Inline Jinja text, a file path ending in .j2/.jinja/.txt/.md, or {text|file: ...}.")]
-
-
-def _coerce_template(value: Any) -> Any:
-    return TemplateRef.coerce(value)
+Template = Annotated[
+    TemplateRef,
+    BeforeValidator(TemplateRef.coerce, json_schema_input_type=str | TemplateRef),
+    Field(description="Inline Jinja text, a file path ending in .j2/.jinja/.jinja2/.txt/.md, or {text|file: ...}."),
+]
 
 
 class ExampleMessage(_Strict):
@@ -114,9 +115,6 @@ class Role(_Strict):
     trainable: bool = Field(default=True, description="Whether this role's trajectories enter the loss.")
     temperature: float | None = Field(default=None, ge=0.0, le=5.0, description="Sampling temperature override for this role.")
 
-    _coerce_system = field_validator("system", mode="before")(lambda cls, v: _coerce_template(v))
-    _coerce_user = field_validator("user", "summary_prompt", mode="before")(lambda cls, v: _coerce_template(v))
-
 
 class ToolSpec(_Strict):
     """A tool in OpenAI function format plus the backend that runs it."""
@@ -124,6 +122,7 @@ class ToolSpec(_Strict):
     description: str = Field(description="What the tool does, as the model sees it.")
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
+        json_schema_extra={"default": {"type": "object", "properties": {}}},
         description="JSON Schema (draft 2020-12) of the arguments object.",
     )
     backend: Literal["search", "scrape", "python"] = Field(description="Which implementation runs the tool.")
@@ -152,7 +151,8 @@ class Edge(_Strict):
     as_: str = Field(alias="as", description="The tool name the parent sees.")
     description: str = Field(default="Delegate a subtask to a helper agent and get back its summary.", description="Tool description shown to the parent.")
     parameters: dict[str, Any] = Field(
-        default_factory=lambda: dict(DEFAULT_EDGE_PARAMETERS),
+        default_factory=lambda: copy.deepcopy(DEFAULT_EDGE_PARAMETERS),
+        json_schema_extra={"default": DEFAULT_EDGE_PARAMETERS},
         description="JSON Schema of the call arguments; by default one string `subtask`.",
     )
     max_parallel: int = Field(default=4, ge=1, le=256, description="Concurrent child rollouts per parent turn on this edge.")
@@ -172,14 +172,16 @@ class JudgeSpec(_Strict):
     endpoint: str = Field(description="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")
     model: str = Field(description="Model name sent to the server.")
     api_key_env: str | None = Field(default=None, description="Environment variable holding the API key (never logged).")
-    retries: int = Field(default=2, ge=0, le=10)
-    timeout_s: float = Field(default=30.0, gt=0)
+    retries: int = Field(default=2, ge=0, le=10, description="Retries before falling back to the local scorer.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one judge request in seconds.")
     fallback: Literal["exact_match", "f1", "contains", "numeric"] = Field(default="contains", description="Local scorer used when the judge fails.")
 
 
 class AccuracySpec(_Strict):
+    """Accuracy of the root's final answer against the gold aliases."""
+
     scorer: Literal["exact_match", "f1", "contains", "numeric", "judge"] = Field(default="exact_match", description="How the final answer is compared with the gold aliases.")
-    weight: float = Field(default=0.9, ge=0.0, le=1.0)
+    weight: float = Field(default=0.9, ge=0.0, le=1.0, description="Weight of accuracy in the reward (paper: 0.9).")
     judge: JudgeSpec | None = Field(default=None, description="Required when scorer is 'judge'.")
     numeric_tolerance: float = Field(default=1e-6, ge=0.0, description="Relative tolerance of the numeric scorer.")
 
@@ -191,7 +193,9 @@ class AccuracySpec(_Strict):
 
 
 class FormatSpec(_Strict):
-    weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Share of well-formed tool calls: fmt = 0.5 * root + 0.5 * mean over descendants."""
+
+    weight: float = Field(default=0.1, ge=0.0, le=1.0, description="Weight of the format score in the reward (paper: 0.1).")
     no_call_score: float = Field(
         default=0.0,
         ge=0.0,
@@ -204,13 +208,15 @@ class RewardSpec(_Strict):
     """reward = accuracy.weight * acc + format.weight * fmt (paper: 0.9 and 0.1)."""
 
     answer_format: Literal["boxed", "tag"] = Field(default="boxed", description="Final answers as \\boxed{...} or <answer>...</answer>.")
-    accuracy: AccuracySpec = Field(default_factory=AccuracySpec)
-    format: FormatSpec = Field(default_factory=FormatSpec)
+    accuracy: AccuracySpec = Field(default_factory=AccuracySpec, description="Scoring of the root's final answer.")
+    format: FormatSpec = Field(default_factory=FormatSpec, description="Scoring of well-formed tool calls over the tree.")
 
 
 class KLSpec(_Strict):
+    """Optional KL penalty to the reference policy."""
+
     coef: float = Field(default=0.0, ge=0.0, description="Weight of the KL penalty to the reference policy; 0 disables it.")
-    estimator: Literal["k1", "k3"] = Field(default="k3")
+    estimator: Literal["k1", "k3"] = Field(default="k3", description="KL estimator: k1 (log-ratio) or k3 (low-variance, non-negative).")
 
 
 class CreditSpec(_Strict):
@@ -222,16 +228,19 @@ class CreditSpec(_Strict):
     )
     normalization: Literal["std", "mean_only"] = Field(default="std", description="GRPO: divide by the group's unbiased std, or only subtract the mean.")
     group_size: int = Field(default=4, ge=1, le=1024, description="Root rollouts per question (G).")
-    epsilon: float = Field(default=1e-6, gt=0.0)
+    epsilon: float = Field(default=1e-6, gt=0.0, description="Added to the group std before dividing.")
     single_member: Literal["zero", "passthrough"] = Field(
         default="zero",
         description="A group of one gets advantage 0 (zero) or its raw score (passthrough, as verl does).",
     )
-    loss_agg: Literal["tree_token_mean", "token_mean", "seq_mean_token_mean"] = Field(default="tree_token_mean")
-    clip_ratio_low: float = Field(default=0.2, gt=0.0, lt=1.0)
-    clip_ratio_high: float = Field(default=0.2, gt=0.0)
+    loss_agg: Literal["tree_token_mean", "token_mean", "seq_mean_token_mean"] = Field(
+        default="tree_token_mean",
+        description="tree_token_mean (paper): per tree, sum over its tokens / its generated tokens, then mean over trees; token_mean: one global token mean; seq_mean_token_mean: mean over trajectories of their token means.",
+    )
+    clip_ratio_low: float = Field(default=0.2, gt=0.0, lt=1.0, description="PPO clip range below 1 (ratio >= 1 - low).")
+    clip_ratio_high: float = Field(default=0.2, gt=0.0, description="PPO clip range above 1 (ratio <= 1 + high).")
     dual_clip: float | None = Field(default=None, gt=1.0, description="Dual-clip constant c (>1) for negative advantages; off when null.")
-    kl: KLSpec = Field(default_factory=KLSpec)
+    kl: KLSpec = Field(default_factory=KLSpec, description="KL penalty to the reference policy (off by default).")
 
     @field_validator("strategy")
     @classmethod
@@ -244,7 +253,14 @@ class CreditSpec(_Strict):
 
 
 class Limits(_Strict):
-    max_depth: int = Field(default=2, ge=1, le=16, description="Deepest nesting level allowed (root is depth 0).")
+    """Limits of one rollout tree. Setting max_depth explicitly is what allows cycles among roles."""
+
+    max_depth: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Deepest nesting level allowed (root is depth 0); deeper calls are refused at run time. Set it explicitly to allow cycles among roles.",
+    )
     context_tokens: int = Field(default=8192, ge=256, le=1_048_576, description="Token budget of one trajectory's context.")
     summary_reserve: int = Field(default=512, ge=0, description="Tokens kept free for the closing summary or answer.")
     max_concurrency: int = Field(default=64, ge=1, le=4096, description="Global cap on concurrent tool and child calls of one rollout tree.")
@@ -254,7 +270,7 @@ class Graph(_Strict):
     """A multi-agent graph: roles, tools, delegation edges, reward, credit and limits."""
 
     name: str = Field(description="Graph name.")
-    description: str = Field(default="")
+    description: str = Field(default="", description="What the graph is for.")
     root: str = Field(description="The role that receives the question and whose answer is scored.")
     tool_call_format: Literal["xml", "hermes"] = Field(
         default="hermes",
@@ -263,9 +279,9 @@ class Graph(_Strict):
     roles: dict[str, Role] = Field(description="Roles by name.")
     tools: dict[str, ToolSpec] = Field(default_factory=dict, description="Tools by name.")
     edges: list[Edge] = Field(default_factory=list, description="Delegation edges.")
-    reward: RewardSpec = Field(default_factory=RewardSpec)
-    credit: CreditSpec = Field(default_factory=CreditSpec)
-    limits: Limits = Field(default_factory=Limits)
+    reward: RewardSpec = Field(default_factory=RewardSpec, description="How the root's final answer is scored.")
+    credit: CreditSpec = Field(default_factory=CreditSpec, description="How the reward becomes advantages, and the loss settings.")
+    limits: Limits = Field(default_factory=Limits, description="Depth, context and concurrency limits of one rollout tree.")
 
     @field_validator("roles", "tools")
     @classmethod
@@ -280,5 +296,13 @@ class Graph(_Strict):
         return [e for e in self.edges if e.from_ == role]
 
     def to_yaml_dict(self) -> dict[str, Any]:
-        """A plain dict that loads back into an equal Graph (aliases used, defaults dropped)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        """A plain dict that loads back into an equal Graph (aliases used, keys never given dropped).
+
+        Values the file set explicitly are kept even when equal to the default, because some checks
+        depend on them (a cycle is allowed only when `limits.max_depth` is set explicitly).
+        """
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    def max_depth_is_explicit(self) -> bool:
+        """Whether the graph file set `limits.max_depth` itself (required for cyclic graphs)."""
+        return "limits" in self.model_fields_set and "max_depth" in self.limits.model_fields_set

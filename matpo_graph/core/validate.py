@@ -1,0 +1,395 @@
+"""Semantic checks of a graph: references, reachability, recursion, templates, schemas and examples.
+
+These run after the pydantic shape check, on whatever parts of the file validated (see `Partial`),
+and return issues instead of raising, so a file's problems are all reported together.
+
+Recursion rule: a cycle among roles (a role that can end up calling itself) is an error unless the
+file sets ``limits.max_depth`` explicitly; with it, a call that would run deeper than ``max_depth`` is
+refused at run time, which bounds the recursion. An acyclic graph whose longest delegation chain is
+deeper than ``max_depth`` gets a warning (the deepest calls would always be refused).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import networkx as nx
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import TypeAdapter, ValidationError
+
+from matpo_graph.core.errors import SpecIssue, did_you_mean
+from matpo_graph.core.program import RUNTIME_VARIABLES
+from matpo_graph.core.spec import CreditSpec, Edge, ExampleMessage, Graph, Limits, Role, TemplateRef, ToolSpec
+from matpo_graph.core.templates import TemplateIncludeError, read_inside, resolve_template, undeclared_variables
+
+__all__ = ["Partial", "ExampleError", "load_examples", "semantic_issues", "validate_examples"]
+
+Loc = tuple[str | int, ...]
+_TEMPLATE_PARTS = ("system", "user", "summary_prompt")
+
+
+@dataclass
+class Partial:
+    """The checkable parts of a graph; a part that failed its shape check is None (known by name only)."""
+
+    root: str | None
+    roles: dict[str, Role | None]
+    tools: dict[str, ToolSpec | None]
+    edges: list[tuple[int, Edge | None]]
+    limits: Limits | None
+    max_depth_explicit: bool
+    tool_call_format: str | None = "hermes"
+    answer_format: str | None = "boxed"
+    complete: bool = True
+    credit: CreditSpec | None = field(default=None)
+
+    @classmethod
+    def from_graph(cls, graph: Graph) -> "Partial":
+        return cls(
+            root=graph.root,
+            roles=dict(graph.roles),
+            tools=dict(graph.tools),
+            edges=list(enumerate(graph.edges)),
+            limits=graph.limits,
+            max_depth_explicit=graph.max_depth_is_explicit(),
+            tool_call_format=graph.tool_call_format,
+            answer_format=graph.reward.answer_format,
+            credit=graph.credit,
+        )
+
+    def valid_edges(self) -> Iterator[tuple[int, Edge]]:
+        for i, e in self.edges:
+            if e is not None:
+                yield i, e
+
+
+def semantic_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
+    """Every semantic issue of the (possibly partial) graph, in no particular order."""
+    issues: list[SpecIssue] = []
+    issues += _reference_issues(g)
+    issues += _structure_issues(g)
+    issues += _schema_issues(g)
+    issues += _template_issues(g, base_dir)
+    issues += _example_issues(g, base_dir)
+    return issues
+
+
+# --------------------------------------------------------------------------- references
+
+
+def _reference_issues(g: Partial) -> list[SpecIssue]:
+    out: list[SpecIssue] = []
+    role_names = list(g.roles)
+    if g.root is not None and g.root not in g.roles:
+        out.append(SpecIssue.at("unknown-role", ("root",), f"root role {g.root!r} is not defined under roles", _role_hint(g.root, role_names)))
+    edge_names: dict[str, dict[str, int]] = {}
+    for i, e in g.valid_edges():
+        for key, name in (("from", e.from_), ("to", e.to)):
+            if name not in g.roles:
+                out.append(SpecIssue.at("unknown-role", ("edges", i, key), f"unknown role {name!r}", _role_hint(name, role_names)))
+        seen = edge_names.setdefault(e.from_, {})
+        if e.as_ in seen:
+            out.append(
+                SpecIssue.at(
+                    "name-collision",
+                    ("edges", i, "as"),
+                    f"role {e.from_!r} already has an edge named {e.as_!r} (edges[{seen[e.as_]}])",
+                    "give each edge leaving a role its own 'as' name",
+                )
+            )
+        else:
+            seen[e.as_] = i
+    all_edge_names = {n: r for r, names in edge_names.items() for n in names}
+    for rname, role in g.roles.items():
+        if role is None:
+            continue
+        mine = edge_names.get(rname, {})
+        listed: dict[str, int] = {}
+        for j, tool in enumerate(role.tools):
+            loc = ("roles", rname, "tools", j)
+            if tool in listed:
+                out.append(SpecIssue.at("duplicate-tool", loc, f"tool {tool!r} is listed twice (also at tools[{listed[tool]}])", "list each tool once"))
+                continue
+            listed[tool] = j
+            if tool in mine:
+                out.append(
+                    SpecIssue.at(
+                        "name-collision",
+                        loc,
+                        f"{tool!r} is the name of the edge edges[{mine[tool]}] leaving this role",
+                        "edges leaving a role are callable automatically; remove it from tools",
+                    )
+                )
+            elif tool not in g.tools:
+                if tool in all_edge_names:
+                    hint = f"{tool!r} is an edge of role {all_edge_names[tool]!r}; add an edge from {rname!r} to use it"
+                else:
+                    hint = did_you_mean(tool, [*g.tools, *mine]) or (
+                        f"defined tools: {', '.join(sorted(g.tools))}" if g.tools else "define it under the top-level 'tools:' key"
+                    )
+                out.append(SpecIssue.at("unknown-tool", loc, f"unknown tool {tool!r}", hint))
+    return out
+
+
+def _role_hint(name: str, role_names: Sequence[str]) -> str | None:
+    return did_you_mean(name, role_names) or (f"defined roles: {', '.join(sorted(role_names))}" if role_names else None)
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def _role_graph(g: Partial) -> nx.DiGraph:
+    dg = nx.DiGraph()
+    dg.add_nodes_from(g.roles)
+    for i, e in g.valid_edges():
+        if e.from_ in g.roles and e.to in g.roles:
+            dg.add_edge(e.from_, e.to, index=i)
+    return dg
+
+
+def _structure_issues(g: Partial) -> list[SpecIssue]:
+    out: list[SpecIssue] = []
+    dg = _role_graph(g)
+    if g.root is None or g.root not in g.roles:
+        return out
+    reachable = {g.root} | nx.descendants(dg, g.root)
+    # A broken edge (bad shape or unknown end) is reported on its own; roles it was meant to reach
+    # would only add noise.
+    edges_intact = all(e is not None and e.from_ in g.roles and e.to in g.roles for _, e in g.edges)
+    for name in g.roles:
+        if name not in reachable and edges_intact:
+            out.append(
+                SpecIssue.at(
+                    "unreachable-role",
+                    ("roles", name),
+                    f"role {name!r} cannot be reached from the root {g.root!r}",
+                    "add an edge to it from a role the root can reach, or remove it",
+                )
+            )
+    sub = dg.subgraph(reachable)
+    cyclic = [c for c in nx.strongly_connected_components(sub) if len(c) > 1 or any(sub.has_edge(n, n) for n in c)]
+    if cyclic and not g.max_depth_explicit and g.limits is not None:
+        for comp in sorted(cyclic, key=lambda c: sorted(c)):
+            cycle = nx.find_cycle(sub.subgraph(comp))
+            u, v = cycle[-1][0], cycle[-1][1]
+            path = " -> ".join([c[0] for c in cycle] + [cycle[0][0]])
+            out.append(
+                SpecIssue.at(
+                    "unbounded-cycle",
+                    ("edges", sub.edges[u, v]["index"]),
+                    f"roles form a cycle {path}, so recursion is not bounded by the graph itself",
+                    "set limits.max_depth explicitly to allow bounded recursion, or remove an edge of the cycle",
+                )
+            )
+    if not cyclic and g.limits is not None and len(sub) > 1:
+        longest = nx.dag_longest_path(sub)  # starts at the root: every node of `sub` is reachable from it
+        depth = len(longest) - 1
+        if depth > g.limits.max_depth:
+            out.append(
+                SpecIssue.at(
+                    "depth-exceeded",
+                    ("limits", "max_depth"),
+                    f"the delegation chain {' -> '.join(longest)} is {depth} levels deep but limits.max_depth is {g.limits.max_depth}",
+                    "calls deeper than max_depth are refused at run time; raise max_depth or shorten the chain",
+                    severity="warning",
+                )
+            )
+    used = {t for r in g.roles.values() if r is not None for t in r.tools}
+    if all(r is not None for r in g.roles.values()):
+        for name in g.tools:
+            if name not in used:
+                out.append(SpecIssue.at("unused-tool", ("tools", name), f"tool {name!r} is not used by any role", severity="warning"))
+    return out
+
+
+# --------------------------------------------------------------------------- JSON schemas
+
+
+def _schema_issues(g: Partial) -> list[SpecIssue]:
+    out: list[SpecIssue] = []
+    targets: list[tuple[Loc, dict[str, Any]]] = [(("tools", n, "parameters"), t.parameters) for n, t in g.tools.items() if t is not None]
+    targets += [(("edges", i, "parameters"), e.parameters) for i, e in g.valid_edges()]
+    for loc, schema in targets:
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            where = (*loc, *exc.path)
+            out.append(SpecIssue.at("invalid-json-schema", where, f"not a valid JSON Schema: {exc.message}", "see https://json-schema.org/draft/2020-12"))
+            continue
+        if schema.get("type") != "object":
+            out.append(
+                SpecIssue.at(
+                    "schema-not-object",
+                    loc,
+                    f"tool arguments must be described by an object schema, got type {schema.get('type')!r}",
+                    "use {type: object, properties: {...}, required: [...]}",
+                )
+            )
+    for i, e in g.valid_edges():
+        child = g.roles.get(e.to)
+        props = e.parameters.get("properties") if isinstance(e.parameters.get("properties"), dict) else {}
+        if child is not None and child.user is None and "subtask" not in props:
+            out.append(
+                SpecIssue.at(
+                    "missing-subtask",
+                    ("edges", i, "parameters"),
+                    f"role {e.to!r} uses the default first message, which shows the 'subtask' argument, but this edge has none",
+                    f"add a 'subtask' property or give role {e.to!r} a 'user' template",
+                    severity="warning",
+                )
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- templates
+
+
+def _template_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
+    out: list[SpecIssue] = []
+    allowed = sorted(RUNTIME_VARIABLES)
+    for rname, role in g.roles.items():
+        if role is None:
+            continue
+        for part in _TEMPLATE_PARTS:
+            ref: TemplateRef | None = getattr(role, part)
+            if ref is None:
+                continue
+            loc: Loc = ("roles", rname, part)
+            where = f"template {ref.file!r}" if ref.file is not None else "inline template"
+            try:
+                source, _, _ = resolve_template(ref.text, ref.file, base_dir)
+                names = undeclared_variables(source)
+            except TemplateIncludeError as exc:
+                code = "template-path-escape" if exc.kind == "escape" else "template-not-found"
+                if exc.kind in ("unsupported", "cycle"):
+                    code = "template-syntax"
+                what = "template file" if exc.name is not None and exc.name == ref.file else f"{where}: include"
+                text = f"{what} {exc}" if exc.kind in ("escape", "not-found") else f"{where}: {exc}"
+                out.append(SpecIssue.at(code, loc, text))
+                continue
+            except jinja2.TemplateSyntaxError as exc:
+                src = f"{exc.name or exc.filename or ''} " if (exc.name or exc.filename) else ""
+                out.append(SpecIssue.at("template-syntax", loc, f"{where}: {src}line {exc.lineno}: {exc.message}"))
+                continue
+            for var in sorted(names - RUNTIME_VARIABLES):
+                hint = did_you_mean(var, allowed) or f"available: {', '.join(allowed)}"
+                out.append(SpecIssue.at("undefined-template-variable", loc, f"{where} uses undefined variable {var!r}", hint))
+    return out
+
+
+# --------------------------------------------------------------------------- examples
+
+
+class ExampleError(ValueError):
+    """Few-shot examples that cannot be loaded or are malformed."""
+
+
+_EXAMPLES = TypeAdapter(list[list[ExampleMessage]])
+
+
+def load_examples(value: list[list[ExampleMessage]] | str, base_dir: Path | None) -> list[list[ExampleMessage]]:
+    """Inline examples as they are, or the demonstrations in a YAML/JSON file next to the graph.
+
+    Raises:
+        ExampleError: missing or escaping file, unreadable content, or the wrong shape.
+    """
+    if not isinstance(value, str):
+        return value
+    if base_dir is None:
+        raise ExampleError(f"examples file {value!r} needs a graph file to resolve against")
+    try:
+        text = read_inside(base_dir, value)
+    except TemplateIncludeError as exc:
+        raise ExampleError(f"examples file {exc}") from exc
+    try:
+        raw = json.loads(text) if value.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ExampleError(f"examples file {value!r} does not parse: {exc}".splitlines()[0]) from exc
+    try:
+        return _EXAMPLES.validate_python(raw)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+        raise ExampleError(f"examples file {value!r}{where}: {first['msg']}") from exc
+
+
+def validate_examples(demos: Sequence[Sequence[ExampleMessage]], *, fmt: str, allowed: Sequence[str]) -> list[tuple[Loc, str]]:
+    """Problems of few-shot demonstrations as (path inside `examples`, message).
+
+    Checked: each demonstration starts with a user message and ends with an assistant message,
+    tool messages follow an assistant message that made a call, and (when the runtime's tool-call
+    parser is available) every call in an assistant message parses and names a callable of the role.
+    """
+    problems: list[tuple[Loc, str]] = []
+    parser = _tool_call_parser()
+    for d, demo in enumerate(demos):
+        if not demo:
+            problems.append(((d,), "a demonstration needs at least a user and an assistant message"))
+            continue
+        if demo[0].role != "user":
+            problems.append(((d, 0), f"a demonstration starts with a user message, not {demo[0].role!r}"))
+        if demo[-1].role != "assistant":
+            problems.append(((d, len(demo) - 1), f"a demonstration ends with an assistant message, not {demo[-1].role!r}"))
+        prev: str | None = None
+        calls_open = False
+        for m, msg in enumerate(demo):
+            if msg.role == "assistant":
+                if prev == "assistant":
+                    problems.append(((d, m), "two assistant messages in a row"))
+                try:
+                    calls = parser(msg.content, fmt) if parser is not None else []
+                except Exception as exc:  # noqa: BLE001 (a parser bug must not hide the other checks)
+                    problems.append(((d, m), f"tool calls could not be parsed: {exc}"))
+                    calls = []
+                calls_open = bool(calls) or parser is None
+                for call in calls:
+                    if getattr(call, "error", None):
+                        problems.append(((d, m), f"malformed tool call: {call.error}"))
+                    elif call.name not in allowed:
+                        problems.append(((d, m), f"calls {call.name!r}, which this role cannot call" + (f"; {h}" if (h := did_you_mean(call.name, allowed)) else "")))
+            elif msg.role == "tool":
+                if prev not in ("assistant", "tool") or not calls_open:
+                    problems.append(((d, m), "a tool message must follow an assistant message that made a call"))
+            elif prev == "user":
+                problems.append(((d, m), "two user messages in a row"))
+            prev = msg.role
+    return problems
+
+
+def _tool_call_parser() -> Any:
+    module = sys.modules.get("matpo_graph.core.toolcalls")
+    if module is None:
+        try:
+            import matpo_graph.core.toolcalls as module  # noqa: PLC0415 (optional, owned by the runtime)
+        except ImportError:
+            return None
+    return getattr(module, "parse_tool_calls", None)
+
+
+def _example_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
+    out: list[SpecIssue] = []
+    for rname, role in g.roles.items():
+        if role is None or not role.examples:
+            continue
+        loc: Loc = ("roles", rname, "examples")
+        try:
+            demos = load_examples(role.examples, base_dir)
+        except ExampleError as exc:
+            out.append(SpecIssue.at("invalid-examples", loc, str(exc)))
+            continue
+        allowed = [*role.tools, *(e.as_ for _, e in g.valid_edges() if e.from_ == rname)]
+        inline = not isinstance(role.examples, str)
+        for sub, message in validate_examples(demos, fmt=g.tool_call_format or "hermes", allowed=allowed):
+            code = "example-tool-call" if "call" in message and "tool message" not in message else "invalid-examples"
+            where = (*loc, *sub) if inline else loc
+            prefix = "" if inline else f"{role.examples}{''.join(f'[{p}]' for p in sub)}: "
+            out.append(SpecIssue.at(code, where, prefix + message))
+    return out
