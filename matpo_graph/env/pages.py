@@ -1,0 +1,157 @@
+"""One encyclopedia-style page per entity: facts stated in varied sentences, an infobox and links."""
+
+from __future__ import annotations
+
+import html
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from matpo_graph.env.relations import RELATIONS
+
+if TYPE_CHECKING:
+    from matpo_graph.env.world import Entity, World
+
+__all__ = ["Page", "build_pages", "render_html"]
+
+_LABELS = {
+    "written_by": "Author", "published_by": "Publisher", "born_in": "Born in", "works_for": "Employer",
+    "founded_by": "Founder", "headquartered_in": "Headquarters", "located_in": "Country", "capital": "Capital",
+    "mayor": "Mayor", "birth_year": "Born", "occupation": "Occupation", "founded_year": "Founded",
+    "settled_year": "First settled", "publication_year": "Published", "genre": "Genre", "currency": "Currency",
+}
+# How a page mentions facts pointing AT its entity: {n} is the page's entity, {x} a list of subjects.
+_INVERSE = {
+    "written_by": "Among the works of {n} is {x}.",
+    "published_by": "{n} has published {x}.",
+    "born_in": "People born in {n} include {x}.",
+    "works_for": "Staff of {n} have included {x}.",
+    "founded_by": "{n} is also remembered as the founder of {x}.",
+    "headquartered_in": "{n} is home to the headquarters of {x}.",
+    "located_in": "Cities of {n} include {x}.",
+    "capital": "{n} is the capital of {x}.",
+    "mayor": "{n} also serves as mayor of {x}.",
+}
+_LEADS = {
+    "person": ("{n} was {a} {sub}.", "{n} is remembered as {a} {sub}."),
+    "work": ("{n} is {a} {sub}.", "{n} is a well-known {sub}."),
+    "organisation": ("{n} is {a} {sub}.", "{n} is an established {sub}."),
+    "city": ("{n} is a city.", "{n} is a town that grew into a city."),
+    "country": ("{n} is a country.", "{n} is a sovereign country."),
+}
+_FILLER = (
+    "Little is recorded about the early history of {n}.",
+    "Several archives hold letters and papers concerning {n}.",
+    "The reputation of {n} has changed considerably over the decades.",
+    "Scholars continue to debate the significance of {n}.",
+    "A short description of {n} appears in several regional guides.",
+    "Many accounts of {n} were written long after the events they describe.",
+    "Some details about {n} remain uncertain.",
+)
+_SKIP_IN_PROSE = {"person": "occupation", "work": "genre"}  # already stated by the lead sentence
+
+
+@dataclass
+class Page:
+    """A page's content; HTML is rendered on demand from it."""
+
+    slug: str
+    title: str
+    kind: str
+    hatnote: str = ""
+    paragraphs: list[list[str]] = field(default_factory=list)
+    infobox: list[tuple[str, str, str | None]] = field(default_factory=list)
+    see_also: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def sentences(self) -> list[str]:
+        return [s for para in self.paragraphs for s in para]
+
+    @property
+    def text(self) -> str:
+        """Plain text used for indexing and snippets."""
+        box = " ".join(f"{label}: {value}." for label, value, _ in self.infobox)
+        return " ".join([self.hatnote, *self.sentences, box]).strip()
+
+
+def _article(word: str) -> str:
+    """'a' or 'an' by sound, good enough for the vocabulary used here."""
+    w = word.lower()
+    if w.startswith(("uni", "use", "eu", "one")):
+        return "a"
+    return "an" if w[:1] in "aeiou" else "a"
+
+
+def _join(names: list[str]) -> str:
+    if len(names) <= 1:
+        return "".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _page(world: "World", e: "Entity", rng: random.Random, inverse: dict[int, dict[str, list[int]]]) -> Page:
+    page = Page(e.slug, e.name, e.kind)
+    ents = world.entities
+    if e.twin_of is not None:
+        page.hatnote = f"This page is about {e.name}. For the similarly named {e.kind}, see {ents[e.twin_of].name}."
+    sub = e.subkind or e.kind
+    lead = rng.choice(_LEADS[e.kind]).format(n=e.name, sub=sub, a=_article(sub))
+    facts = []
+    for rel_name in sorted(e.facts):
+        rel = RELATIONS[rel_name]
+        value = world.fact_text(e, rel_name)
+        target = ents[int(e.facts[rel_name])].slug if rel.target else None
+        page.infobox.append((_LABELS[rel_name], value, target))
+        if rel_name != _SKIP_IN_PROSE.get(e.kind):
+            facts.append(rng.choice(rel.sentences).format(s=e.name, o=value, a=_article(value)))
+        if target:
+            page.see_also.append((target, value))
+    rng.shuffle(facts)
+    mentions = []
+    for rel_name, subjects in sorted(inverse.get(e.id, {}).items()):
+        names = [ents[i].name for i in sorted(subjects)[:3]]
+        mentions.append(_INVERSE[rel_name].format(n=e.name, x=_join(names)))
+        page.see_also.extend((ents[i].slug, ents[i].name) for i in sorted(subjects)[:3])
+    filler = [f.format(n=e.name) for f in rng.sample(_FILLER, k=2)]
+    cut = rng.randint(1, max(1, len(facts)))
+    page.paragraphs = [p for p in ([lead, *facts[:cut]], [*facts[cut:], filler[0]], [*mentions, filler[1]]) if p]
+    seen: set[str] = set()
+    page.see_also = [(s, n) for s, n in page.see_also if not (s in seen or seen.add(s))]
+    return page
+
+
+def build_pages(world: "World", rng: random.Random) -> dict[str, Page]:
+    """Pages for every entity, in entity order."""
+    inverse: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for e in world.entities:
+        for rel_name, value in e.facts.items():
+            if RELATIONS[rel_name].target:
+                inverse[int(value)][rel_name].append(e.id)
+    return {e.slug: _page(world, e, rng, inverse) for e in world.entities}
+
+
+def render_html(page: Page) -> str:
+    """A complete HTML document for `page` (links are site-relative)."""
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{esc(page.title)}</title></head>",
+        '<body><nav><a href="/">Embedded Encyclopedia</a> | <a href="/search?q=">Search</a></nav>',
+        f"<main><h1>{esc(page.title)}</h1>",
+    ]
+    if page.hatnote:
+        parts.append(f'<p class="hatnote"><i>{esc(page.hatnote)}</i></p>')
+    parts.append('<table class="infobox">')
+    for label, value, target in page.infobox:
+        cell = f'<a href="/page/{target}">{esc(value)}</a>' if target else esc(value)
+        parts.append(f"<tr><th>{esc(label)}</th><td>{cell}</td></tr>")
+    parts.append("</table>")
+    for para in page.paragraphs:
+        parts.append(f"<p>{esc(' '.join(para))}</p>")
+    if page.see_also:
+        parts.append("<h2>See also</h2><ul>")
+        parts.extend(f'<li><a href="/page/{slug}">{esc(name)}</a></li>' for slug, name in page.see_also)
+        parts.append("</ul>")
+    parts.append("</main><footer>All names on this site are fictional.</footer></body></html>")
+    return "\n".join(parts)
