@@ -1,0 +1,90 @@
+"""`matpo-graph eval`: greedy and sampled accuracy of a run's latest weights (or a model) on a QA file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from matpo_graph.core.rollout import write_trees
+from matpo_graph.train.config import TrainConfig
+from matpo_graph.train.rollout_metrics import rollout_metrics
+
+__all__ = ["evaluate_cli", "run_evaluation"]
+
+
+def _run_folder_model(run_dir: Path, cfg: TrainConfig) -> tuple[Path, Path | None]:
+    """(engine start folder, checkpoint weights file or None) for a run folder."""
+    from matpo_graph.runtime.models import resolve_model
+    from matpo_graph.train.checkpoint import latest_checkpoint
+
+    sft = run_dir / "sft" / "model"
+    base = sft if (sft / "config.json").exists() else resolve_model(cfg.model)
+    ckpt = latest_checkpoint(run_dir)
+    return base, (ckpt / "model.safetensors") if ckpt is not None else None
+
+
+def run_evaluation(
+    program: Any, plan: Any, cfg: TrainConfig, *, model_dir: Path, weights: Path | None, n: int, samples: int,
+) -> tuple[dict[str, float], list[Any]]:
+    """Evaluate and return (metrics, all evaluated trees)."""
+    from matpo_graph.train.session import RolloutSession
+
+    with RolloutSession(program, cfg, model_dir=model_dir, plan=plan) as session:
+        if weights is not None:
+            from safetensors.torch import load_file
+
+            session.load_weights(load_file(str(weights)))
+        items = session.eval_questions()[:n]
+        greedy = session.score(session.rollout_groups(items, group_size=1, step=0, temperature=0.0, tag="eg"), plan)
+        sampled = session.score(session.rollout_groups(items, group_size=samples, step=0, tag="es"), plan) if samples else []
+    metrics: dict[str, float] = {"questions": float(len(items))}
+    for name, trees in (("greedy", greedy), ("sampled", sampled)):
+        if trees:
+            m = rollout_metrics(trees)
+            for key in ("accuracy", "reward_mean", "format_score", "answered", "invalid_call_rate", "subtasks_per_root"):
+                metrics[f"{name}/{key}"] = m[key]
+    return metrics, greedy + sampled
+
+
+def evaluate_cli(args: argparse.Namespace) -> int:
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.runtime.models import resolve_model
+
+    target = Path(args.target)
+    is_run = (target / "train_config.json").exists()
+    values: dict[str, Any] = json.loads((target / "train_config.json").read_text()) if is_run else {}
+    if args.data:
+        values["eval_data"] = args.data
+    values["tool_cache"] = args.tool_cache
+    if args.cache_dir:
+        values["tool_cache_dir"] = str(args.cache_dir)
+    elif is_run:
+        values["tool_cache_dir"] = str(target / "tool_cache")
+    values["policy"] = args.policy
+    cfg = TrainConfig.model_validate(values)
+    graph_src = Path(args.graph) if args.graph else (target if is_run else None)
+    if graph_src is None:
+        print("error: --graph is needed when evaluating a model rather than a run folder", file=sys.stderr)
+        return 2
+    program, plan = load_program(graph_src)
+    if is_run:
+        model_dir, weights = _run_folder_model(target, cfg)
+    else:
+        model_dir, weights = resolve_model(args.target), None
+    metrics, trees = run_evaluation(program, plan, cfg, model_dir=model_dir, weights=weights, n=args.n, samples=args.samples)
+    if args.output:
+        write_trees(args.output, trees)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"evaluation of {target}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in metrics.items():
+        table.add_row(k, f"{v:.4f}")
+    Console().print(table)
+    print(json.dumps(metrics, sort_keys=True))
+    return 0

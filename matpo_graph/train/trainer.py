@@ -1,0 +1,221 @@
+"""The local MATPO trainer: rollouts through the shared policy -> rewards -> credit -> loss -> AdamW -> weight sync.
+
+One process holds both the torch model being trained and the inference engine; after each RL step
+the new weights are loaded into the running engine (no restart).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matpo_graph.core.program import CreditPlan, Program
+from matpo_graph.core.rollout import RolloutTree, write_trees
+from matpo_graph.train.config import TrainConfig
+from matpo_graph.train.data_order import questions_for_step
+from matpo_graph.train.rollout_metrics import rollout_metrics
+from matpo_graph.train.signals import StopFlag
+
+__all__ = ["LocalTrainer", "TrainResult"]
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    last_step: int
+    interrupted: bool
+    metrics: list[dict[str, Any]]
+
+
+class LocalTrainer:
+    """Runs MATPO on one machine. Build with a compiled program, its credit plan and a TrainConfig."""
+
+    def __init__(self, program: Program, plan: CreditPlan, cfg: TrainConfig, run_dir: Path) -> None:
+        self.program = program
+        self.plan = plan
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.group_size = cfg.group_size or plan.group_size
+        self.stop = StopFlag()
+        self._session: Any = None  # RolloutSession, built in run()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def run(self, *, resume: bool = False) -> TrainResult:
+        from matpo_graph.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+        from matpo_graph.train.optimize import PolicyOptimizer
+        from matpo_graph.train.session import RolloutSession
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "rollouts").mkdir(exist_ok=True)
+        self._write_run_files()
+        random.seed(self.cfg.seed)
+
+        ckpt = latest_checkpoint(self.run_dir) if resume else None
+        if resume and ckpt is None:
+            print(f"no checkpoint under {self.run_dir}; starting from scratch")
+        init_dir = self._initial_model_dir(skip_warmstart=ckpt is not None)
+
+        optimizer = PolicyOptimizer(init_dir, self.plan, self.cfg)
+        start_step = 0
+        if ckpt is not None:
+            state = load_checkpoint(ckpt, model=optimizer.model, optimizer=optimizer.optimizer)
+            self._check_hashes(state)
+            start_step = int(state["step"])
+            print(f"resumed from {ckpt} (step {start_step})")
+
+        self.stop.install()
+        history: list[dict[str, Any]] = []
+        last_done = start_step
+        try:
+            with RolloutSession(self.program, self.cfg, model_dir=init_dir, plan=self.plan, run_dir=self.run_dir) as session:
+                self._session = session
+                if ckpt is not None:
+                    session.load_weights(optimizer.state_dict_for_engine())
+                train_items = session.train_questions()
+                for step in range(start_step, self.cfg.steps):
+                    if self.stop:
+                        break
+                    row = self._one_step(step, session, optimizer, train_items)
+                    if row is None:  # interrupted during rollouts: nothing was changed
+                        break
+                    history.append(row)
+                    last_done = step + 1
+                    if last_done % self.cfg.checkpoint_every == 0 or last_done == self.cfg.steps or self.stop:
+                        save_checkpoint(
+                            self.run_dir, step=last_done, model=optimizer.model, optimizer=optimizer.optimizer,
+                            state=self._ckpt_state(last_done), keep=self.cfg.keep_checkpoints,
+                        )
+                    if self._eval_due(last_done):
+                        ev = session.evaluate(n=self.cfg.eval_questions, step=last_done)
+                        self._append_metrics({"step": last_done, **ev})
+                        history[-1].update(ev)
+                if self.stop and last_done > start_step and latest_checkpoint(self.run_dir) is not None:
+                    cur = latest_checkpoint(self.run_dir)
+                    if cur is not None and not cur.name.endswith(f"{last_done:06d}"):
+                        save_checkpoint(
+                            self.run_dir, step=last_done, model=optimizer.model, optimizer=optimizer.optimizer,
+                            state=self._ckpt_state(last_done), keep=self.cfg.keep_checkpoints,
+                        )
+        finally:
+            self.stop.uninstall()
+        if self.stop:
+            print(f"stopped by {self.stop.signal_name}; checkpoint at step {last_done} (resume with --resume)")
+        return TrainResult(self.run_dir, last_done, bool(self.stop), history)
+
+    # ---------------------------------------------------------------- one RL step
+
+    def _one_step(self, step: int, session: Any, optimizer: Any, items: list[Any]) -> dict[str, Any] | None:
+        from matpo_graph.core.credit import assign_credit
+
+        questions, data_pos = questions_for_step(items, step=step, per_step=self.cfg.questions_per_step, seed=self.cfg.seed)
+        t0 = time.perf_counter()
+        trees = session.rollout_groups(questions, group_size=self.group_size, step=step)
+        rollout_s = time.perf_counter() - t0
+        if self.stop:
+            return None
+        trees = session.score(trees, self.plan)
+        t1 = time.perf_counter()
+        credited, credit_metrics = assign_credit(trees, self.plan)
+        credit_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        train_metrics = optimizer.train_step(credited)
+        train_s = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        session.load_weights(optimizer.state_dict_for_engine())
+        sync_s = time.perf_counter() - t3
+
+        row: dict[str, Any] = {"step": step + 1, "data_position": data_pos}
+        row.update(rollout_metrics(credited))
+        row.update(train_metrics)
+        row.update({k.replace("matpo/credit/", "credit/"): v for k, v in credit_metrics.items()})
+        row.update(
+            {
+                "rollout_seconds": rollout_s,
+                "credit_seconds": credit_s,
+                "pack_seconds": float(train_metrics.get("pack_seconds", 0.0)),
+                "train_seconds": train_s,
+                "sync_seconds": sync_s,
+                "tool_errors": float(session.tool_error_count()),
+            }
+        )
+        self._append_metrics(row)
+        self._save_samples(step + 1, credited)
+        session.progress(row)
+        return row
+
+    # ---------------------------------------------------------------- helpers
+
+    def _initial_model_dir(self, *, skip_warmstart: bool) -> Path:
+        from matpo_graph.runtime.models import resolve_model
+
+        base = resolve_model(self.cfg.model)
+        want_sft = self.cfg.warmstart == "sft" or (self.cfg.warmstart == "auto" and self.cfg.model == "smollm2-135m-instruct")
+        sft_dir = self.run_dir / "sft" / "model"
+        if (sft_dir / "config.json").exists():
+            return sft_dir
+        if not want_sft or skip_warmstart:
+            return base
+        from matpo_graph.train.sft import run_sft
+
+        print("cold start: supervised warm-up on expert demonstrations (the embedded model cannot call tools yet)")
+        return Path(
+            run_sft(
+                self.program, self.plan, model_dir=base, out_dir=self.run_dir / "sft", demos=self.cfg.sft_demos,
+                epochs=self.cfg.sft_epochs, lr=self.cfg.sft_lr, seed=self.cfg.seed, env_seed=self.cfg.env_seed,
+                env_entities=self.cfg.env_entities,
+            )
+        )
+
+    def _ckpt_state(self, step: int) -> dict[str, Any]:
+        return {
+            "data_position": step * self.cfg.questions_per_step,
+            "template_hashes": self.program.template_hashes(),
+            "graph_sha256": self.program.graph_sha256,
+            "config": self.cfg.model_dump(mode="json"),
+        }
+
+    def _check_hashes(self, state: dict[str, Any]) -> None:
+        old = state.get("template_hashes") or {}
+        new = self.program.template_hashes()
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if changed:
+            print(f"warning: prompt templates changed since the checkpoint: {', '.join(changed)}")
+
+    def _eval_due(self, done: int) -> bool:
+        if self.cfg.eval_questions <= 0:
+            return False
+        if self.cfg.eval_every > 0:
+            return done % self.cfg.eval_every == 0
+        return done == self.cfg.steps
+
+    def _write_run_files(self) -> None:
+        (self.run_dir / "program.json").write_text(self.program.model_dump_json(indent=2))
+        (self.run_dir / "credit_plan.json").write_text(self.plan.model_dump_json(indent=2))
+        (self.run_dir / "train_config.json").write_text(self.cfg.model_dump_json(indent=2))
+
+    def _append_metrics(self, row: dict[str, Any]) -> None:
+        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+        if self._session is not None:
+            self._session.log_scalars(row)
+
+    def _save_samples(self, step: int, trees: list[RolloutTree]) -> None:
+        n = self.cfg.rollout_samples_per_step
+        if n <= 0:
+            return
+        # Whole groups, so the saved file shows how rewards became advantages.
+        by_group: dict[str, list[RolloutTree]] = {}
+        for t in trees:
+            by_group.setdefault(t.group_id, []).append(t)
+        keep: list[RolloutTree] = []
+        for group in by_group.values():
+            if len(keep) >= n:
+                break
+            keep.extend(group)
+        write_trees(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", keep)
+
