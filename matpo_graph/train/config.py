@@ -48,6 +48,7 @@ class TrainConfig(BaseModel):
     kv_cache_gib: int = Field(default=2, ge=1, description="vLLM CPU KV cache size (GiB).")
     policy: str = Field(default="vllm", description="Rollout policy backend: vllm or hf.")
     tool_cache: Literal["off", "record", "replay", "readwrite"] = Field(default="off", description="On-disk tool response cache mode.")
+    verify_sync: bool = Field(default=True, description="After each weight sync, compare engine and trainer logprobs on a fixed sequence (metric sync_max_abs_logprob_diff).")
     tool_cache_dir: str = Field(default="tool_cache", description="Folder of the tool response cache.")
 
     @model_validator(mode="after")

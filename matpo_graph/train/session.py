@@ -93,6 +93,12 @@ class RolloutSession:
                 self.policy.shutdown()
             if self.web is not None:
                 self.web.stop()
+            # Cancel what the engine left running on this loop (its output handler) before closing it.
+            pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self.loop.close()
 
     def _run(self, coro: Any) -> Any:
@@ -152,6 +158,31 @@ class RolloutSession:
         if hasattr(self.policy, "load_weights"):
             return float(self._run(self.policy.load_weights(state_dict)))
         return 0.0
+
+    def engine_logprobs(self, token_ids: list[int]) -> list[float] | None:
+        """The engine's logprobs of a fixed sequence (token 1 onwards), to check that weight sync took.
+
+        Only for the vLLM policy (prompt logprobs); None for other backends.
+        """
+        engine = getattr(self.policy, "engine", None)
+        if engine is None:
+            return None
+
+        async def ask() -> list[float]:
+            import uuid
+
+            from vllm import SamplingParams as VSampling
+            from vllm.sampling_params import RequestOutputKind
+
+            params = VSampling(max_tokens=1, temperature=0.0, prompt_logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
+            final = None
+            async for out in engine.generate({"prompt_token_ids": list(token_ids)}, params, request_id=uuid.uuid4().hex):
+                final = out
+            if final is None or final.prompt_logprobs is None:
+                raise RuntimeError("the engine returned no prompt logprobs")
+            return [float(d[tid].logprob) for d, tid in zip(final.prompt_logprobs[1:], token_ids[1:], strict=True)]
+
+        return self._run(ask())
 
     def tool_error_count(self) -> int:
         metrics = getattr(self.tools, "metrics", None)

@@ -128,6 +128,7 @@ class LocalTrainer:
         t3 = time.perf_counter()
         session.load_weights(optimizer.state_dict_for_engine())
         sync_s = time.perf_counter() - t3
+        sync_diff = self._sync_difference(session, optimizer, credited) if self.cfg.verify_sync else None
 
         row: dict[str, Any] = {"step": step + 1, "data_position": data_pos}
         row.update(rollout_metrics(credited))
@@ -143,12 +144,26 @@ class LocalTrainer:
                 "tool_errors": float(session.tool_error_count()),
             }
         )
+        if sync_diff is not None:
+            row["sync_max_abs_logprob_diff"] = sync_diff
         self._append_metrics(row)
         self._save_samples(step + 1, credited)
         session.progress(row)
         return row
 
     # ---------------------------------------------------------------- helpers
+
+    @staticmethod
+    def _sync_difference(session: Any, optimizer: Any, trees: list[RolloutTree]) -> float | None:
+        """Largest |engine - trainer| logprob over a fixed sequence after the weight sync."""
+        ids = next((t.root.token_ids[:96] for t in trees if t.trajectories and len(t.root.token_ids) > 8), None)
+        if ids is None:
+            return None
+        engine = session.engine_logprobs(ids)
+        if engine is None:
+            return None
+        trainer = optimizer.sequence_logprobs(ids)
+        return max(abs(a - b) for a, b in zip(engine, trainer, strict=True))
 
     def _initial_model_dir(self, *, skip_warmstart: bool) -> Path:
         from matpo_graph.runtime.models import resolve_model

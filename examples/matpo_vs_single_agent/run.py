@@ -1,0 +1,110 @@
+"""MATPO (deep_search) vs single-agent GRPO (single_agent), same budget, seeds and questions.
+
+Runs four trainings -- each graph on the clean embedded web and on its noisy-tool setting -- then
+writes `comparison.md` (final and held-out accuracy, reward, largest context) and `comparison.png`.
+
+    python examples/matpo_vs_single_agent/run.py --steps 6 --out runs/compare
+
+Every run is an ordinary `matpo-graph train` run folder under OUT, so `matpo-graph report` and
+`matpo-graph show` work on each of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GRAPHS = {"matpo (deep_search)": "deep_search", "single agent (GRPO)": "single_agent"}
+SETTINGS = {"clean": None, "noisy": "paper"}
+
+
+def _train(graph: str, noise: str | None, out: Path, args: argparse.Namespace) -> None:
+    cmd = [
+        sys.executable, "-m", "matpo_graph", "train", str(ROOT / "graphs" / f"{graph}.yaml"), "--out", str(out),
+        "--steps", str(args.steps), "--seed", str(args.seed), "--questions-per-step", str(args.questions_per_step),
+        "--eval-questions", str(args.eval_questions), "--warmstart", args.warmstart,
+    ]
+    if noise:
+        cmd += ["--noise", noise]
+    if (out / "checkpoints").exists():
+        cmd.append("--resume")
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def _rows(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def _summary(run: Path) -> dict[str, float]:
+    rows = _rows(run)
+    train = [r for r in rows if "reward_mean" in r]
+    evals = [r for r in rows if "eval/greedy/accuracy" in r]
+    ctx = max((v for r in train for k, v in r.items() if k.startswith("max_context/")), default=0.0)
+    return {
+        "final reward": train[-1]["reward_mean"] if train else float("nan"),
+        "final train accuracy": train[-1]["accuracy"] if train else float("nan"),
+        "held-out accuracy (greedy)": evals[-1]["eval/greedy/accuracy"] if evals else float("nan"),
+        "largest context (tokens)": float(ctx),
+    }
+
+
+def _plot(out: Path, runs: dict[str, Path]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(SETTINGS), figsize=(10, 3.6), dpi=110, sharey=True)
+    for ax, setting in zip(axes, SETTINGS, strict=True):
+        for label in GRAPHS:
+            rows = [r for r in _rows(runs[f"{label}|{setting}"]) if "reward_mean" in r]
+            ax.plot([r["step"] for r in rows], [r["reward_mean"] for r in rows], marker="o", ms=3, label=label)
+        ax.set_title(f"{setting} tools")
+        ax.set_xlabel("RL step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean reward")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "comparison.png")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--questions-per-step", type=int, default=4)
+    p.add_argument("--eval-questions", type=int, default=8)
+    p.add_argument("--warmstart", default="auto", choices=["auto", "sft", "none"])
+    p.add_argument("--out", type=Path, default=Path("runs/matpo_vs_single_agent"))
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, Path] = {}
+    for label, graph in GRAPHS.items():
+        for setting, noise in SETTINGS.items():
+            run = args.out / f"{graph}-{setting}"
+            runs[f"{label}|{setting}"] = run
+            _train(graph, noise, run, args)
+    lines = ["# MATPO vs single-agent GRPO", "", f"steps={args.steps} seed={args.seed} "
+             f"questions/step={args.questions_per_step} warmstart={args.warmstart}", ""]
+    keys = list(_summary(next(iter(runs.values()))).keys())
+    lines.append("| graph | tools | " + " | ".join(keys) + " |")
+    lines.append("|---|---|" + "---|" * len(keys))
+    for name, run in runs.items():
+        label, setting = name.split("|")
+        s = _summary(run)
+        lines.append(f"| {label} | {setting} | " + " | ".join(f"{s[k]:.3f}" for k in keys) + " |")
+    (args.out / "comparison.md").write_text("\n".join(lines) + "\n")
+    _plot(args.out, runs)
+    print("\n".join(lines))
+    print(f"\nwrote {args.out / 'comparison.md'} and {args.out / 'comparison.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
