@@ -1,0 +1,38 @@
+"""Property tests of the custom strategy in my_credit.py. Run: pytest examples/property_test_credit"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+
+from matpo_graph.core.credit import assign_credit
+from matpo_graph.core.loader import load_graph
+from matpo_graph.testing import check_credit_invariants, check_matpo_invariants, credit_cases, expected_root_advantages
+
+GRAPH = load_graph(Path(__file__).with_name("graph.yaml"))
+STRATEGY = "my_credit:depth_discounted"
+
+
+@settings(max_examples=50, deadline=None)
+@given(credit_cases(GRAPH, strategy=STRATEGY))
+def test_depth_discounted_keeps_the_generic_invariants(case):
+    # inputs untouched, finite values, masked tokens at zero, order and permutation invariance
+    check_credit_invariants(case.trees, case.plan)
+
+
+@settings(max_examples=50, deadline=None)
+@given(credit_cases(GRAPH, strategy=STRATEGY))
+def test_depth_discounted_halves_the_root_scalar_per_level(case):
+    credited, _ = assign_credit(case.trees, case.plan, warn=False)
+    roots = expected_root_advantages(case.trees, case.plan)
+    for tree in credited:
+        for t in tree.trajectories:
+            assert t.advantage == pytest.approx(roots[tree.tree_id] * 0.5**t.depth, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(credit_cases(GRAPH))
+def test_the_default_strategy_is_matpo(case):
+    check_matpo_invariants(case.trees, case.plan)

@@ -1,0 +1,280 @@
+"""LLM-as-judge accuracy over any OpenAI-compatible ``/chat/completions`` endpoint (httpx).
+
+A judge that times out, errors or answers in an unreadable way is retried, and when it still fails
+the tree is scored by the local fallback scorer of the judge config; the breakdown is marked
+``judge_fallback=True`` and counted in :class:`JudgeStats`. Nothing here raises on a judge failure:
+a flaky judge must not crash a training step. The API key is read from the environment variable
+named in the config, sent only in the Authorization header, and never logged or recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from matpo_graph.core.program import CreditPlan
+from matpo_graph.core.reward import LOCAL_SCORERS, final_answer, score_answer, score_tree, with_reward
+from matpo_graph.core.rollout import RewardBreakdown, RolloutTree
+
+__all__ = [
+    "JUDGE_SYSTEM_PROMPT",
+    "JudgeConfig",
+    "JudgeStats",
+    "JudgeVerdict",
+    "LLMJudge",
+    "parse_verdict",
+    "score_trees_judged",
+    "score_trees_with_judge",
+]
+
+log = logging.getLogger(__name__)
+
+JUDGE_SYSTEM_PROMPT = (
+    "You check whether a proposed answer to a question means the same thing as a reference answer.\n"
+    "Accept different wording, spelling variants, abbreviations, extra harmless detail, and numbers that are "
+    "equal once units and formatting are settled. Reject an answer that is vague, hedges between several "
+    "options, contradicts the reference, or answers a different question. Any one of the listed reference "
+    "answers is acceptable.\n"
+    "Think briefly if you need to, then end with exactly one line: VERDICT: CORRECT or VERDICT: INCORRECT"
+)
+
+_VERDICT_RE = re.compile(r"VERDICT\s*:\s*\**\s*(CORRECT|INCORRECT)\b", re.IGNORECASE)
+
+
+def parse_verdict(text: str) -> bool | None:
+    """True/False from the last ``VERDICT: CORRECT|INCORRECT`` line; None when there is none."""
+    found = _VERDICT_RE.findall(text)
+    return found[-1].upper() == "CORRECT" if found else None
+
+
+def _user_prompt(question: str, answer: str, golds: Sequence[str]) -> str:
+    refs = "\n".join(f"- {g}" for g in golds)
+    return f"Question:\n{question}\n\nReference answer(s):\n{refs}\n\nProposed answer:\n{answer}"
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Where the judge runs; mirrors the DSL's ``reward.accuracy.judge`` block."""
+
+    endpoint: str
+    model: str
+    api_key_env: str | None = None
+    retries: int = 2
+    timeout_s: float = 30.0
+    fallback: str = "contains"
+    max_tokens: int = 256
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "JudgeConfig":
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        config = cls(**known)
+        if config.fallback not in LOCAL_SCORERS:
+            raise ValueError(f"judge fallback {config.fallback!r} is not a local scorer: {', '.join(LOCAL_SCORERS)}")
+        return config
+
+    @property
+    def url(self) -> str:
+        base = self.endpoint.rstrip("/")
+        return base if base.endswith("/chat/completions") else base + "/chat/completions"
+
+
+@dataclass
+class JudgeStats:
+    """Counters of judge use; read them as metrics with :meth:`as_metrics`."""
+
+    calls: int = 0
+    correct: int = 0
+    failures: int = 0
+    fallbacks: int = 0
+    attempts: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "matpo/judge/calls": float(self.calls),
+            "matpo/judge/correct": float(self.correct),
+            "matpo/judge/failures": float(self.failures),
+            "matpo/judge/fallbacks": float(self.fallbacks),
+            "matpo/judge/attempts": float(self.attempts),
+        }
+
+
+@dataclass(frozen=True)
+class JudgeVerdict:
+    """The judge's decision (None when it failed), how many attempts it took, and why it failed."""
+
+    correct: bool | None
+    attempts: int
+    error: str | None = None
+
+
+class _Retryable(Exception):
+    pass
+
+
+class LLMJudge:
+    """Judges answers with retries; falls back to a local scorer instead of raising."""
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        *,
+        client: httpx.AsyncClient | None = None,
+        stats: JudgeStats | None = None,
+        backoff_s: float = 0.5,
+    ) -> None:
+        self.config = config
+        self.stats = stats if stats is not None else JudgeStats()
+        self._client = client
+        self._owns_client = client is None
+        self._backoff_s = backoff_s
+
+    @classmethod
+    def from_plan(cls, plan: CreditPlan, **kwargs: Any) -> "LLMJudge":
+        if not plan.judge:
+            raise ValueError("the credit plan has no judge config (reward.accuracy.judge)")
+        return cls(JudgeConfig.from_mapping(plan.judge), **kwargs)
+
+    async def __aenter__(self) -> "LLMJudge":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._owns_client:
+            await self._client.aclose()
+            self._client = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self.config.timeout_s)
+        return self._client
+
+    async def _attempt(self, payload: dict[str, Any], headers: dict[str, str]) -> bool:
+        try:
+            resp = await self._http().post(
+                self.config.url, json=payload, headers=headers, timeout=self.config.timeout_s
+            )
+        except httpx.TimeoutException as exc:
+            raise _Retryable(f"timeout after {self.config.timeout_s}s") from exc
+        except httpx.TransportError as exc:
+            raise _Retryable(f"transport error: {type(exc).__name__}") from exc
+        if resp.status_code == 429 or resp.status_code >= 500:
+            raise _Retryable(f"HTTP {resp.status_code}")
+        if resp.status_code >= 400:
+            raise RuntimeError(f"HTTP {resp.status_code}")  # auth or request errors do not heal by retrying
+        try:
+            content = resp.json()["choices"][0]["message"]["content"] or ""
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise _Retryable("response is not a chat completion") from exc
+        verdict = parse_verdict(str(content))
+        if verdict is None:
+            raise _Retryable("no VERDICT line in the judge's reply")
+        return verdict
+
+    async def judge(self, question: str, answer: str, golds: Sequence[str]) -> JudgeVerdict:
+        """Ask the judge whether `answer` matches one of `golds`; never raises."""
+        self.stats.calls += 1
+        headers = {"Content-Type": "application/json"}
+        if self.config.api_key_env:
+            key = os.environ.get(self.config.api_key_env)
+            if not key:
+                return self._failed(0, f"environment variable {self.config.api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        payload = {
+            "model": self.config.model,
+            "messages": [
+                {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
+                {"role": "user", "content": _user_prompt(question, answer, golds)},
+            ],
+            "temperature": 0.0,
+            "max_tokens": self.config.max_tokens,
+        }
+        error = "no attempt made"
+        attempts = 0
+        for attempt in range(self.config.retries + 1):
+            attempts += 1
+            self.stats.attempts += 1
+            try:
+                verdict = await self._attempt(payload, headers)
+            except _Retryable as exc:
+                error = str(exc)
+                log.warning("judge attempt %d/%d failed: %s", attempt + 1, self.config.retries + 1, error)
+                if attempt < self.config.retries and self._backoff_s > 0:
+                    await asyncio.sleep(min(self._backoff_s * 2**attempt, 10.0))
+                continue
+            except Exception as exc:  # non-retryable: stop now and fall back
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning("judge failed without retry: %s", error)
+                break
+            self.stats.correct += int(verdict)
+            return JudgeVerdict(correct=verdict, attempts=attempts)
+        return self._failed(attempts, error)
+
+    def _failed(self, attempts: int, error: str) -> JudgeVerdict:
+        self.stats.failures += 1
+        kind = error.split(":")[0].split(" after")[0]
+        self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
+        return JudgeVerdict(correct=None, attempts=attempts, error=error)
+
+    async def score_tree(self, tree: RolloutTree, plan: CreditPlan) -> RewardBreakdown:
+        """The tree's reward with judged accuracy, or the fallback scorer's when the judge fails."""
+        answer = final_answer(tree, plan.answer_format)
+        if answer is None or not tree.answers:
+            return score_tree(tree, plan, accuracy=0.0, details={"scorer": "judge", "judge": "no answer to judge"})
+        try:
+            verdict = await self.judge(tree.question, answer, tree.answers)
+        except Exception as exc:  # defensive: a bug here must not stop the run either
+            verdict = self._failed(0, f"{type(exc).__name__}: {exc}")
+        if verdict.correct is not None:
+            return score_tree(
+                tree,
+                plan,
+                accuracy=1.0 if verdict.correct else 0.0,
+                details={"scorer": "judge", "judge_attempts": verdict.attempts},
+            )
+        self.stats.fallbacks += 1
+        fallback = self.config.fallback
+        acc = score_answer(answer, tree.answers, fallback, numeric_tolerance=plan.numeric_tolerance)
+        return score_tree(
+            tree,
+            plan,
+            accuracy=acc,
+            judge_fallback=True,
+            details={"scorer": fallback, "judge_error": verdict.error, "judge_attempts": verdict.attempts},
+        )
+
+
+async def score_trees_judged(
+    trees: Sequence[RolloutTree], plan: CreditPlan, *, judge: LLMJudge | None = None, max_concurrency: int = 8
+) -> list[RewardBreakdown]:
+    """Score trees with the plan's judge, `max_concurrency` at a time, in input order; never raises on judge failure."""
+    owned = judge is None
+    judge = judge or LLMJudge.from_plan(plan)
+    gate = asyncio.Semaphore(max_concurrency)
+
+    async def one(tree: RolloutTree) -> RewardBreakdown:
+        async with gate:
+            return await judge.score_tree(tree, plan)
+
+    try:
+        return list(await asyncio.gather(*(one(t) for t in trees)))
+    finally:
+        if owned:
+            await judge.aclose()
+
+
+async def score_trees_with_judge(
+    trees: Sequence[RolloutTree], plan: CreditPlan, *, judge: LLMJudge | None = None, max_concurrency: int = 8
+) -> list[RolloutTree]:
+    """New trees carrying their judged rewards (see :func:`score_trees_judged`); the inputs are not modified."""
+    breakdowns = await score_trees_judged(trees, plan, judge=judge, max_concurrency=max_concurrency)
+    return [with_reward(t, b) for t, b in zip(trees, breakdowns, strict=True)]
