@@ -305,7 +305,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                 raise
             return _fail("error: the verl target is not available in this installation (matpo_graph.compilers.verl is missing)")
         try:
-            verl.compile_verl_bundle(graph, program, plan, Path(args.output))
+            verl.compile_verl_bundle(graph, program, plan, Path(args.output), graph_path=graph_path)
         except (GraphError, ValueError) as exc:
             return _fail(f"error: cannot build the veRL bundle: {exc}")
         print(f"wrote the veRL bundle into {args.output}")

@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--lora-rank", type=int, help="LoRA rank (0: full fine-tuning)")
     p.add_argument("--policy", choices=["vllm", "hf"], help="rollout engine (default vllm)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other TrainConfig field")
-    p.add_argument("overrides", nargs="*", help="hydra overrides (only with --engine verl)")
+    p.add_argument("overrides", nargs="*", help="hydra overrides key=value (only with --engine verl; write them right after GRAPH)")
     p.set_defaults(func=_train)
 
     e = sub.add_parser("eval", help="evaluate a run's latest weights or a model on a QA file",

@@ -106,6 +106,7 @@ class Trajectory(_Data):
     advantage: float | None = Field(default=None, description="Scalar advantage, set by credit assignment.")
     format_score: float | None = None
     seconds: float = 0.0
+    error: str | None = Field(default=None, description="Why the policy or the trajectory's setup failed (termination policy_error).")
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":

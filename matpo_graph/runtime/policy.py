@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Generation", "Policy", "PolicyError", "SamplingParams"]
+__all__ = ["Generation", "Policy", "PolicyError", "SamplingParams", "UpdatablePolicy"]
 
 
 class SamplingParams(BaseModel):
@@ -17,6 +18,7 @@ class SamplingParams(BaseModel):
     max_tokens: int = Field(default=512, ge=1)
     stop: tuple[str, ...] = Field(default=(), description="Stop strings (kept in the output, see include_stop).")
     seed: int | None = None
+    ignore_eos: bool = Field(default=False, description="Keep sampling past the end-of-turn token (benchmarks only).")
 
 
 class Generation(BaseModel):
@@ -40,4 +42,13 @@ class Policy(Protocol):
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
         """Sample a continuation of `prompt_ids`. Must be safe to call concurrently."""
+        ...
+
+
+@runtime_checkable
+class UpdatablePolicy(Policy, Protocol):
+    """A policy whose weights the trainer can replace between rollout phases (vllm, hf)."""
+
+    async def load_weights(self, state_dict: Mapping[str, Any]) -> float:
+        """Serve `state_dict` from now on (``lm_head.weight`` included); returns the seconds it took."""
         ...
