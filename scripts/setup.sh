@@ -32,5 +32,5 @@ if [ "${1:-}" = "--with-browser" ] && ! command -v chromium >/dev/null; then
 fi
 
 # Convert the embedded model once (cached under ~/.cache/matpo-graph).
-"$VENV/bin/python" -m matpo_graph.runtime.models --ensure-default >/dev/null 2>&1 || \
+"$VENV/bin/python" -c "from matpo_graph.runtime.models import resolve_model; resolve_model()" >/dev/null 2>&1 || \
   echo "note: embedded model not prepared yet (it is converted on first use)" >&2
