@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--seed", type=int, help="seed of data order and sampling (default 0)")
     p.add_argument("--lr", type=float, help="AdamW learning rate")
     p.add_argument("--lora-rank", type=int, help="LoRA rank (0: full fine-tuning)")
+    p.add_argument("--train-layers", type=int, help="decoder layers trained from the top (default 10; 0 = all weights)")
     p.add_argument("--policy", choices=["vllm", "hf"], help="rollout engine (default vllm)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other TrainConfig field")
     p.add_argument("overrides", nargs="*", help="hydra overrides key=value (only with --engine verl; write them right after GRAPH)")
@@ -66,7 +67,7 @@ _CLI_TO_CFG = {
     "steps": "steps", "model": "model", "warmstart": "warmstart", "questions_per_step": "questions_per_step",
     "group_size": "group_size", "data": "data", "eval_data": "eval_data", "eval_every": "eval_every",
     "eval_questions": "eval_questions", "checkpoint_every": "checkpoint_every", "noise": "noise", "seed": "seed",
-    "lr": "lr", "lora_rank": "lora_rank", "policy": "policy",
+    "lr": "lr", "lora_rank": "lora_rank", "train_layers": "train_layers", "policy": "policy",
 }
 
 

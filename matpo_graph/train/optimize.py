@@ -26,6 +26,32 @@ def load_causal_lm(model_dir: Path) -> Any:
     return model
 
 
+def _backbone_and_head(model: Any) -> tuple[Any, Any]:
+    """(decoder stack, lm_head) of an HF causal LM, through a peft wrapper if any; (None, None) if unknown."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = getattr(inner, "model", None)
+    head = getattr(inner, "lm_head", None)
+    if backbone is None or head is None or not hasattr(backbone, "layers"):
+        return None, None
+    return backbone, head
+
+
+def _freeze_below_top_layers(model: Any, n: int) -> None:
+    """Train only the top `n` decoder layers and the final norm (autograd then skips the frozen stack)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None or n >= len(layers):
+        return
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in list(layers)[-n:]:
+        for p in layer.parameters():
+            p.requires_grad_(True)
+    norm = getattr(model.model, "norm", None)
+    if norm is not None:
+        for p in norm.parameters():
+            p.requires_grad_(True)
+
+
 class PolicyOptimizer:
     """Owns the trainable model and its AdamW state; `train_step` does exactly K optimizer steps."""
 
@@ -46,6 +72,8 @@ class PolicyOptimizer:
                 base,
                 LoraConfig(r=cfg.lora_rank, lora_alpha=2 * cfg.lora_rank, target_modules="all-linear", lora_dropout=0.0),
             )
+        if not self.lora and cfg.train_layers > 0:
+            _freeze_below_top_layers(base, cfg.train_layers)
         self.model = base
         self.model.train()
         self.ref_model = None
@@ -100,14 +128,43 @@ class PolicyOptimizer:
         }
 
     def _micro_loss(self, micro: Any) -> Any:
-        logits = self.model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits.float()
-        logprobs = token_logprobs(logits, micro.input_ids)
+        logprobs, entropy = self._masked_logprobs(self.model, micro)
         ref = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref_logits = self.ref_model(input_ids=micro.input_ids, attention_mask=micro.attention_mask).logits.float()
-                ref = token_logprobs(ref_logits, micro.input_ids)
-        return policy_loss(logprobs, micro, self.loss_cfg, ref_logprobs=ref, logits=logits.detach())
+                ref, _ = self._masked_logprobs(self.ref_model, micro, want_entropy=False)
+        out = policy_loss(logprobs, micro, self.loss_cfg, ref_logprobs=ref)
+        if entropy is not None:
+            out.metrics["matpo/loss/entropy"] = entropy
+        return out
+
+    @staticmethod
+    def _masked_logprobs(model: Any, micro: Any, *, want_entropy: bool = True) -> tuple[torch.Tensor, float | None]:
+        """Logprobs aligned with input_ids, computing the vocabulary projection only where the mask is 1.
+
+        Most tokens of a trajectory are prompt, tool results and child reports; projecting only the
+        trained positions saves the bulk of the lm_head work and memory.
+        """
+        backbone, head = _backbone_and_head(model)
+        ids = micro.input_ids
+        if backbone is None:
+            logits = model(input_ids=ids, attention_mask=micro.attention_mask).logits.float()
+            lp = token_logprobs(logits, ids)
+            return lp, None
+        hidden = backbone(input_ids=ids, attention_mask=micro.attention_mask).last_hidden_state
+        rows, cols = torch.nonzero(micro.loss_mask[:, 1:] > 0, as_tuple=True)
+        cols = cols + 1  # token t is predicted from position t - 1
+        logits = head(hidden[rows, cols - 1]).float()
+        logz = torch.logsumexp(logits, dim=-1)
+        picked = torch.gather(logits, -1, ids[rows, cols].unsqueeze(-1)).squeeze(-1) - logz
+        out = torch.zeros(ids.shape, dtype=logits.dtype)
+        out = out.index_put((rows, cols), picked)
+        entropy = None
+        if want_entropy and logits.shape[0] > 0:
+            with torch.no_grad():
+                p = torch.softmax(logits, dim=-1)
+                entropy = float((logz - (p * logits).sum(-1)).mean())
+        return out, entropy
 
     def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
         """Full (merged, for LoRA) weights in HF names, lm_head included, for loading into the engine."""
