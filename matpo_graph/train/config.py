@@ -10,13 +10,13 @@ __all__ = ["TrainConfig"]
 
 
 class TrainConfig(BaseModel):
-    """Settings of `matpo-graph train`. Defaults fit a fresh 2-core CPU machine (about 20 minutes)."""
+    """Settings of `matpo-graph train`. Defaults fit a fresh 2-core CPU machine (the whole job within about 20 minutes)."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(default="smollm2-135m-instruct", description="Embedded model name or a local HF model directory.")
-    steps: int = Field(default=8, ge=0, description="RL steps to run (in total, counting resumed ones).")
-    questions_per_step: int = Field(default=4, ge=1, description="Questions per RL step; each gets group_size root rollouts.")
+    steps: int = Field(default=4, ge=0, description="RL steps to run (in total, counting resumed ones).")
+    questions_per_step: int = Field(default=2, ge=1, description="Questions per RL step; each gets group_size root rollouts.")
     group_size: int | None = Field(default=None, ge=1, description="Root rollouts per question; the graph's credit.group_size when unset.")
     data: str | None = Field(default=None, description="QA file for training; the embedded web's train split when unset.")
     eval_data: str | None = Field(default=None, description="QA file for evaluation; the embedded web's dev split when unset.")
@@ -40,16 +40,16 @@ class TrainConfig(BaseModel):
     )
     lora_rank: int = Field(default=0, ge=0, description="LoRA rank (peft); 0 trains all weights.")
     eval_every: int = Field(default=0, ge=0, description="Evaluate on the held-out split every K steps (0: only at the end when eval_questions > 0).")
-    eval_questions: int = Field(default=8, ge=0, description="Held-out questions per evaluation.")
+    eval_questions: int = Field(default=4, ge=0, description="Held-out questions per evaluation.")
     checkpoint_every: int = Field(default=1, ge=1, description="Write a checkpoint every N steps.")
     keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept on disk (the newest ones).")
     rollout_samples_per_step: int = Field(default=4, ge=0, description="Rollout trees saved per step under RUN_DIR/rollouts/.")
     warmstart: Literal["none", "sft", "auto"] = Field(
         default="auto", description="Cold start before RL: sft (supervised warm-up on expert demonstrations), none, or auto (sft for the embedded model)."
     )
-    sft_demos: int = Field(default=48, ge=1, description="Expert demonstrations for the warm-up.")
+    sft_demos: int = Field(default=20, ge=1, description="Expert demonstrations for the warm-up.")
     sft_epochs: int = Field(default=2, ge=1, description="Epochs of the warm-up.")
-    sft_lr: float = Field(default=5e-5, gt=0.0, description="Learning rate of the warm-up.")
+    sft_lr: float = Field(default=3e-4, gt=0.0, description="Learning rate of the warm-up.")
     kv_cache_gib: int = Field(default=2, ge=1, description="vLLM CPU KV cache size (GiB).")
     policy: str = Field(default="vllm", description="Rollout policy backend: vllm or hf.")
     tool_cache: Literal["off", "record", "replay", "readwrite"] = Field(default="off", description="On-disk tool response cache mode.")
