@@ -41,6 +41,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("runs/bench_coldstart"))
     p.add_argument("--skip-before", action="store_true", help="do not measure the base model")
     p.add_argument("--checkpoint", type=Path, help="measure this model folder instead of training one")
+    p.add_argument("--only-before", action="store_true", help="measure the base model only (e.g. the effect of role examples)")
     p.add_argument("--kv-cache-gib", type=float, default=2.0)
     return p.parse_args(argv)
 
@@ -111,19 +112,20 @@ def main(argv: list[str] | None = None) -> int:
             before, trees = asyncio.run(_measure(program, plan, base, items, web.url, args, "before"))
             write_trees(args.out / "rollouts_before.jsonl", trees)
             results["before"] = before
-        if args.checkpoint is not None:
+        after = None
+        if not args.only_before:
             ckpt = args.checkpoint
-        else:
-            t0 = time.perf_counter()
-            ckpt = run_sft(program, plan, model_dir=base, out_dir=args.out / "sft", demos=args.demos,
-                           epochs=args.epochs, lr=args.lr, seed=args.seed, env_seed=args.env_seed,
-                           env_entities=args.env_entities, max_hops=args.max_hops, train_layers=args.train_layers,
-                           batch_size=args.batch_size)
-            results["warmup_seconds"] = time.perf_counter() - t0
-            print(f"warm-up: {results['warmup_seconds']:.0f}s -> {ckpt}", flush=True)
-        after, trees = asyncio.run(_measure(program, plan, Path(ckpt), items, web.url, args, "after"))
-        write_trees(args.out / "rollouts_after.jsonl", trees)
-        results["after"] = after
+            if ckpt is None:
+                t0 = time.perf_counter()
+                ckpt = run_sft(program, plan, model_dir=base, out_dir=args.out / "sft", demos=args.demos,
+                               epochs=args.epochs, lr=args.lr, seed=args.seed, env_seed=args.env_seed,
+                               env_entities=args.env_entities, max_hops=args.max_hops,
+                               train_layers=args.train_layers, batch_size=args.batch_size)
+                results["warmup_seconds"] = time.perf_counter() - t0
+                print(f"warm-up: {results['warmup_seconds']:.0f}s -> {ckpt}", flush=True)
+            after, trees = asyncio.run(_measure(program, plan, Path(ckpt), items, web.url, args, "after"))
+            write_trees(args.out / "rollouts_after.jsonl", trees)
+            results["after"] = after
     finally:
         web.stop()
     print(_table(before, after))

@@ -35,8 +35,10 @@ class DemoBatch:
         return len(self.trees)
 
     def describe(self) -> str:
+        failed = sum(self.rejected.values())
         why = ", ".join(f"{k}: {v}" for k, v in sorted(self.rejected.items()))
-        return f"{self.kept} demonstrations ({self.tried} questions tried" + (f"; rejected {why})" if why else ")")
+        return (f"{self.kept} demonstrations kept; {self.tried} questions tried, {self.tried - failed} with full reward"
+                + (f" (rejected {why})" if why else ""))
 
 
 def full_reward(plan: CreditPlan) -> float:

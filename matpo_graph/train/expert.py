@@ -81,14 +81,24 @@ def _holds(text: str, answer: str) -> bool:
 
 
 def _sentence_with(text: str, answer: str, subject: str) -> str | None:
-    """The sentence of `text` stating `answer`, preferring one that also names the subject of the lookup."""
+    """The line of `text` that states `answer`, as the demonstration quotes it.
+
+    A table row whose value is exactly the answer ('Employer | Rook Press') is preferred: its label names
+    the relation in one word, which a small model maps to the question far more easily than it picks one
+    of many prose sentences about the same subject. Otherwise the sentence stating the answer that
+    names most of the lookup's subject.
+    """
+    gold = normalize_answer(answer)
     words = set(normalize_answer(_keywords(subject)).split())
     best: tuple[int, int, str] | None = None
+    for line in text.splitlines():
+        label, sep, value = line.partition("|")
+        if sep and label.strip() and normalize_answer(value) == gold:
+            return f"{' '.join(label.split())}: {' '.join(value.split())}"
     for sentence in _SENTENCE.split(text):
-        prose = "|" not in sentence  # infobox rows come out as 'Label | value'
         sentence = " ".join(sentence.replace("|", ":").split()).strip(" -")
         if sentence and _holds(sentence, answer):
-            score = (len(words & set(normalize_answer(sentence).split())), int(prose))
+            score = (len(words & set(normalize_answer(sentence).split())), -len(sentence))
             if best is None or score > best[:2]:
                 best = (*score, sentence)
     return best[2] if best else None
