@@ -5,7 +5,7 @@ far) and the :class:`~matpo_graph.data.qa.QAItem` of the question, so its demons
 rollout trees made by the real executor with the real tools. A delegating role hands the sub-questions
 to its child in dependency order (earlier answers substituted in), one wave of independent lookups per
 turn, and re-asks once when a report lacks the fact; a browsing role searches with the lookup, scrapes
-the best-matching hit and quotes the sentence holding the gold answer (it may peek; it is a
+the hit the lookup names and quotes the line stating the gold answer (it may peek; it is a
 demonstrator), trying the next hit or a second search when a page lacks it. The root writes the answer
 in the graph's format; children close with a short report.
 
@@ -45,6 +45,7 @@ class Step:
     answer: str
     deps: tuple[int, ...] = ()
     support: str | None = None  # path of the page that states the answer, when the data says
+    raw: str = ""  # the lookup as the decomposition writes it ('#k' kept), for the planner's stated plan
 
 
 def steps_of(item: QAItem) -> list[Step]:
@@ -57,7 +58,7 @@ def steps_of(item: QAItem) -> list[Step]:
         step = (item.decomposition or [{}])[0]
         support = step.get("support_page") or step.get("evidence_url")
         answer = str(step.get("answer", item.answers[0]))
-        return [Step(1, item.question, answer, (), str(support) if support else None)]
+        return [Step(1, item.question, answer, (), str(support) if support else None, item.question)]
     answers = {i: str(s["answer"]) for i, s in enumerate(item.decomposition, 1)}
     steps = []
     for i, s in enumerate(item.decomposition, 1):
@@ -66,7 +67,7 @@ def steps_of(item: QAItem) -> list[Step]:
         deps |= {int(d) + 1 for d in s.get("depends_on") or [] if isinstance(d, int) and 0 <= d < i - 1}
         text = str(s.get("question_resolved") or _REF.sub(lambda m: answers.get(int(m.group(1)), m.group(0)), raw))
         support = s.get("support_page") or s.get("evidence_url")
-        steps.append(Step(i, text, answers[i], tuple(sorted(deps)), str(support) if support else None))
+        steps.append(Step(i, text, answers[i], tuple(sorted(deps)), str(support) if support else None, raw))
     return steps
 
 
@@ -236,9 +237,11 @@ class ExpertPolicy:
         if retry:
             lead = "The report did not give the fact, so I ask again."
         elif turns:
-            lead = "Next lookup."
-        else:  # one fixed opening per role kind, so that a small model learns to start with a call
-            lead = "I will look up the facts one at a time." if ctx.depth == 0 else "I will hand this lookup to a helper."
+            lead = f"Next: step{'s' if len(ready) > 1 else ''} {', '.join(str(st.index) for st in ready)}."
+        elif ctx.depth == 0:  # the plan, written once, tells every later turn whether a step is left
+            lead = "Plan:\n" + "\n".join(f"{st.index}. {st.raw or st.question}" for st in steps)
+        else:
+            lead = "I will hand this lookup to a helper."
         calls = "\n".join(format_tool_call(s.child or "", {s.child_arg or "subtask": st.question}, self.fmt) for st in ready)
         return f"{note} {lead}".strip() + "\n" + calls
 
@@ -291,13 +294,18 @@ class ExpertPolicy:
 
     @staticmethod
     def _rank(hits: list[tuple[str, str]], step: Step) -> list[tuple[str, str]]:
-        """Hits whose title the lookup names come first (the longest such title wins), then search order."""
+        """Hits whose title the lookup names come first (the longest such title wins), then search order.
+
+        The known supporting page only breaks ties among equally named titles: the choice a student can
+        learn is "the page named in the lookup", not a peek.
+        """
         q = _norm(step.question)
 
-        def key(pair: tuple[int, tuple[str, str]]) -> tuple[int, int, int]:
+        def key(pair: tuple[int, tuple[str, str]]) -> tuple[int, int, int, int]:
             i, (title, url) = pair
-            named = _norm(title) in q if normalize_answer(title) else False
-            return (0 if named else 1, -len(title) if named else 0, i)
+            named = bool(normalize_answer(title)) and _norm(title) in q
+            supported = bool(step.support) and url.rstrip("/").endswith(str(step.support).rstrip("/"))
+            return (0 if named else 1, -len(title) if named else 0, 0 if supported else 1, i)
 
         return [h for _, h in sorted(enumerate(hits), key=key)]
 
@@ -321,7 +329,7 @@ class ExpertPolicy:
         if source is None:
             return f"Answer: {step.answer}."
         sentence, url = source
-        return f"Answer: {step.answer}.\nSource: {url} says \"{sentence}\""
+        return f"Source: {url} says \"{sentence}\"\nAnswer: {step.answer}."
 
     def _answer(self, answer: str) -> str:
         return f"\\boxed{{{answer}}}" if self.program.answer_format == "boxed" else f"<answer>{answer}</answer>"

@@ -35,6 +35,8 @@ def graph_variant(tmp_path, base, edit):
     data = yaml.safe_load((GRAPHS / f"{base}.yaml").read_text())
     edit(data)
     shutil.copytree(GRAPHS / "prompts", tmp_path / "prompts", dirs_exist_ok=True)
+    if (GRAPHS / "examples").is_dir():
+        shutil.copytree(GRAPHS / "examples", tmp_path / "examples", dirs_exist_ok=True)
     out = tmp_path / f"{base}_variant.yaml"
     out.write_text(yaml.safe_dump(data, sort_keys=False))
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from matpo_graph.train.sft_data import examples_from_trees
 
 from cs_helpers import demos, graph_variant, load, questions
@@ -43,3 +45,28 @@ def test_role_examples_are_in_context_with_loss_mask_zero(tmp_path, chat, web):
         kept = [t for t, m in zip(ex.token_ids, ex.loss_mask) if m]
         text = chat.decode(kept, skip_special_tokens=False)
         assert PLANNER_MARK not in text and BROWSER_MARK not in text
+
+
+PROPOSED = {  # graph -> role -> example file under graphs/examples/
+    "deep_search": {"planner": "examples/planner.yaml", "browser": "examples/browser.yaml"},
+    "single_agent": {"agent": "examples/solo.yaml"},
+    "three_level": {"planner": "examples/planner.yaml", "researcher": "examples/researcher.yaml",
+                    "browser": "examples/browser.yaml"},
+}
+
+
+@pytest.mark.parametrize("graph", sorted(PROPOSED))
+def test_proposed_example_files_compile_and_keep_demonstrations_perfect(graph, tmp_path, chat, web):
+    def add(d):
+        for role, path in PROPOSED[graph].items():
+            d["roles"][role]["examples"] = path
+
+    program, plan = load(graph_variant(tmp_path, graph, add))
+    for role in PROPOSED[graph]:
+        assert program.roles[role].examples, role
+    batch = demos(program, plan, questions(web, 2, hops=2), chat, web)
+    assert batch.kept == 2
+    for tree in batch.trees:
+        for traj in tree.trajectories:
+            assert any(m.kind == "example" for m in traj.messages)
+            assert sum(traj.loss_mask) == sum(t.num_tokens for t in traj.turns)
