@@ -6,13 +6,15 @@ writes `comparison.md` (final and held-out accuracy, reward, largest context) an
     python examples/matpo_vs_single_agent/run.py --steps 6 --out runs/compare
 
 Every run is an ordinary `matpo-graph train` run folder under OUT, so `matpo-graph report` and
-`matpo-graph show` work on each of them.
+`matpo-graph show` work on each of them. A graph's cold start (its supervised warm-up, which never sees
+tool noise) is trained once and reused by its noisy run, so both settings start from the same weights.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +36,10 @@ def _train(graph: str, noise: str | None, out: Path, args: argparse.Namespace) -
         cmd.append("--resume")
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
+
+
+def _report(run: Path) -> None:
+    subprocess.run([sys.executable, "-m", "matpo_graph", "report", str(run)], check=False)
 
 
 def _rows(run: Path) -> list[dict]:
@@ -86,10 +92,16 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Path] = {}
     for label, graph in GRAPHS.items():
+        warm: Path | None = None
         for setting, noise in SETTINGS.items():
             run = args.out / f"{graph}-{setting}"
             runs[f"{label}|{setting}"] = run
+            if warm is not None and (warm / "model" / "config.json").exists() and not (run / "sft").exists():
+                run.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(warm, run / "sft")
             _train(graph, noise, run, args)
+            warm = warm or run / "sft"
+            _report(run)
     lines = ["# MATPO vs single-agent GRPO", "", f"steps={args.steps} seed={args.seed} "
              f"questions/step={args.questions_per_step} warmstart={args.warmstart}", ""]
     keys = list(_summary(next(iter(runs.values()))).keys())

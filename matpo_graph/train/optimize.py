@@ -92,6 +92,7 @@ class PolicyOptimizer:
         # a greedy role (temperature 0) is reported with raw logprobs, i.e. temperature 1
         self.role_temperatures = {r: default if t is None else (t if t > 0 else 1.0) for r, t in (role_temperatures or {}).items()}
         self.temperature = default
+        self.skip_zero_signal = True  # see _zero_signal_step
 
     def train_step(self, trees: list[RolloutTree]) -> dict[str, float]:
         """One RL step's update: `optimizer_steps_per_rl_step` AdamW steps over the whole augmented batch."""
@@ -100,6 +101,8 @@ class PolicyOptimizer:
         schedule = plan_updates(batch, num_minibatches=self.cfg.optimizer_steps_per_rl_step,
                                 micro_batch_tokens=self.cfg.micro_batch_tokens)
         pack_s = time.perf_counter() - t0
+        if self.skip_zero_signal and self.loss_cfg.kl_coef == 0 and not bool((batch.advantages != 0).any()):
+            return self._zero_signal_step(len(schedule), batch, pack_s)
         sums: dict[str, float] = {}
         token_total = 0.0
         loss_total = 0.0
@@ -133,6 +136,22 @@ class PolicyOptimizer:
             "trained_rows": float(len(batch)),
             "trained_tokens": float(batch.num_trained_tokens),
             "pack_seconds": pack_s,
+        }
+
+    def _zero_signal_step(self, steps: int, batch: Any, pack_s: float) -> dict[str, float]:
+        """Every advantage is 0 and there is no KL term, so the loss and its gradient are exactly 0: take the
+        same AdamW steps on zero gradients (momentum still moves the weights, as it would after a full
+        backward pass) without running the model. On a CPU this saves minutes per all-degenerate step."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for _ in range(max(1, steps)):
+            for p in params:
+                p.grad = torch.zeros_like(p)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "kl_ref": 0.0, "grad_norm": 0.0,
+            "optimizer_steps": float(max(1, steps)), "trained_rows": float(len(batch)),
+            "trained_tokens": float(batch.num_trained_tokens), "pack_seconds": pack_s, "zero_signal_step": 1.0,
         }
 
     def _micro_loss(self, micro: Any) -> Any:

@@ -34,6 +34,27 @@ def prepare_state_dict(state_dict: Mapping[str, Any], *, tie_lm_head: bool = Tru
     return out
 
 
+_SMALL_CPU_CORES = 4
+
+
+def _lower_scheduler_priority() -> None:
+    """Renice vLLM's engine-core (scheduler) process on a small CPU machine.
+
+    On CPU, vLLM keeps one core for its scheduler, which busy-waits on the worker's replies; on two cores
+    that halves the model's compute. We give the worker all cores and make the spinning scheduler yield
+    to it: measured on 2 cores, 16 x (600 prompt + 128 generated) tokens took 60.3 s with vLLM's default
+    layout, 41.0 s with no reserved core, and 36.6 s with the scheduler reniced as well.
+    """
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            if "EngineCore" in child.name() or "EngineCore" in " ".join(child.cmdline()[:1]):
+                child.nice(19)
+    except Exception:  # noqa: BLE001 - a missed renice costs speed, never correctness
+        pass
+
+
 class VLLMPolicy:
     """A shared policy served by vLLM's async engine.
 
@@ -72,6 +93,9 @@ class VLLMPolicy:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        small_cpu = (os.cpu_count() or 1) <= _SMALL_CPU_CORES
+        if small_cpu:  # give the model worker every core; its scheduler is deprioritised below instead
+            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -91,9 +115,11 @@ class VLLMPolicy:
             **engine_kwargs,
         )
         self.engine = AsyncLLM.from_engine_args(args)
-        if request_seeds is None:
-            from vllm.platforms import current_platform
+        from vllm.platforms import current_platform
 
+        if small_cpu and current_platform.is_cpu():
+            _lower_scheduler_priority()
+        if request_seeds is None:
             request_seeds = not current_platform.is_cpu()
         self.request_seeds = request_seeds
         self.max_model_len = max_model_len
