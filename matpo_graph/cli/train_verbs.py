@@ -39,6 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--lora-rank", type=int, help="LoRA rank (0: full fine-tuning)")
     p.add_argument("--train-layers", type=int, help="decoder layers trained from the top (default 10; 0 = all weights)")
     p.add_argument("--policy", choices=["vllm", "hf"], help="rollout engine (default vllm)")
+    p.add_argument("--time-budget", type=float, metavar="MINUTES",
+                   help="wall-clock budget of the run (default 20; 0: none): no RL step starts that would end past it")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other TrainConfig field")
     p.add_argument("overrides", nargs="*", help="hydra overrides key=value (only with --engine verl; write them right after GRAPH)")
     p.set_defaults(func=_train)
@@ -68,6 +70,7 @@ _CLI_TO_CFG = {
     "group_size": "group_size", "data": "data", "eval_data": "eval_data", "eval_every": "eval_every",
     "eval_questions": "eval_questions", "checkpoint_every": "checkpoint_every", "noise": "noise", "seed": "seed",
     "lr": "lr", "lora_rank": "lora_rank", "train_layers": "train_layers", "policy": "policy",
+    "time_budget": "time_budget_minutes",
 }
 
 

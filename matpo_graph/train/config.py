@@ -16,6 +16,12 @@ class TrainConfig(BaseModel):
 
     model: str = Field(default="smollm2-135m-instruct", description="Embedded model name or a local HF model directory.")
     steps: int = Field(default=4, ge=0, description="RL steps to run (in total, counting resumed ones).")
+    time_budget_minutes: float = Field(
+        default=20.0, ge=0.0,
+        description="Wall-clock budget of one invocation, warm-up included (0: none). A step starts only if, at the pace "
+        "of the steps so far, it and the final evaluation end within the budget; the run then checkpoints, "
+        "evaluates and reports as usual, and --resume continues towards `steps`.",
+    )
     questions_per_step: int = Field(default=2, ge=1, description="Questions per RL step; each gets group_size root rollouts.")
     group_size: int | None = Field(default=None, ge=1, description="Root rollouts per question; the graph's credit.group_size when unset.")
     data: str | None = Field(default=None, description="QA file for training; the embedded web's train split when unset.")

@@ -29,6 +29,7 @@ class TrainResult:
     last_step: int
     interrupted: bool
     metrics: list[dict[str, Any]]
+    stopped_by_budget: bool = False
 
 
 class LocalTrainer:
@@ -50,6 +51,7 @@ class LocalTrainer:
         from matpo_graph.train.optimize import PolicyOptimizer
         from matpo_graph.train.session import RolloutSession
 
+        started = time.monotonic()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rollouts").mkdir(exist_ok=True)
         self._write_run_files()
@@ -70,6 +72,7 @@ class LocalTrainer:
             print(f"resumed from {ckpt} (step {start_step})")
 
         self.stop.install()
+        budget_stop = False
         history: list[dict[str, Any]] = []
         last_done = start_step
         try:
@@ -81,6 +84,11 @@ class LocalTrainer:
                 for step in range(start_step, self.cfg.steps):
                     if self.stop:
                         break
+                    if self._over_budget(started, history):
+                        budget_stop = True
+                        print(f"time budget of {self.cfg.time_budget_minutes:g} min reached after {last_done} of "
+                              f"{self.cfg.steps} steps; continue with --resume")
+                        break
                     row = self._one_step(step, session, optimizer, train_items)
                     if row is None:  # interrupted during rollouts: nothing was changed
                         break
@@ -91,11 +99,16 @@ class LocalTrainer:
                             self.run_dir, step=last_done, model=optimizer.model, optimizer=optimizer.optimizer,
                             state=self._ckpt_state(last_done), keep=self.cfg.keep_checkpoints,
                         )
-                    if self._eval_due(last_done):
+                    final = last_done == self.cfg.steps  # its time was reserved by the budget check
+                    if self._eval_due(last_done) and (final or not self._over_budget(started, history, eval_only=True)):
                         ev = session.evaluate(n=self.cfg.eval_questions, step=last_done)
                         self._append_metrics({"step": last_done, **ev})
                         history[-1].update(ev)
-                if self.stop and last_done > start_step and latest_checkpoint(self.run_dir) is not None:
+                if budget_stop and self.cfg.eval_questions > 0 and not self._eval_due(last_done) and history:
+                    ev = session.evaluate(n=self.cfg.eval_questions, step=last_done)
+                    self._append_metrics({"step": last_done, **ev})
+                    history[-1].update(ev)
+                if (self.stop or budget_stop) and last_done > start_step and latest_checkpoint(self.run_dir) is not None:
                     cur = latest_checkpoint(self.run_dir)
                     if cur is not None and not cur.name.endswith(f"{last_done:06d}"):
                         save_checkpoint(
@@ -106,7 +119,7 @@ class LocalTrainer:
             self.stop.uninstall()
         if self.stop:
             print(f"stopped by {self.stop.signal_name}; checkpoint at step {last_done} (resume with --resume)")
-        return TrainResult(self.run_dir, last_done, bool(self.stop), history)
+        return TrainResult(self.run_dir, last_done, bool(self.stop), history, budget_stop)
 
     # ---------------------------------------------------------------- one RL step
 
@@ -147,6 +160,7 @@ class LocalTrainer:
         )
         if sync_diff is not None:
             row["sync_max_abs_logprob_diff"] = sync_diff
+        row["step_seconds"] = time.perf_counter() - t0
         self._append_metrics(row)
         self._save_samples(step + 1, credited)
         session.progress(row)
@@ -201,6 +215,20 @@ class LocalTrainer:
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         if changed:
             print(f"warning: prompt templates changed since the checkpoint: {', '.join(changed)}")
+
+    def _over_budget(self, started: float, history: list[dict[str, Any]], *, eval_only: bool = False) -> bool:
+        """Whether the next RL step (or, with eval_only, a mid-run evaluation) would end past the time budget.
+
+        A step is estimated by the slowest step so far, an evaluation by that step's rollout time (it runs
+        2 x eval_questions rollouts instead of questions_per_step x G). The first step always runs.
+        """
+        budget = self.cfg.time_budget_minutes * 60.0
+        if budget <= 0 or not history:
+            return False
+        step_s = max(float(r.get("step_seconds", 0.0)) for r in history)
+        eval_s = max(float(r.get("rollout_seconds", 0.0)) for r in history) if self.cfg.eval_questions > 0 else 0.0
+        needed = eval_s if eval_only else step_s + eval_s
+        return time.monotonic() - started + needed > budget
 
     def _eval_due(self, done: int) -> bool:
         if self.cfg.eval_questions <= 0:
