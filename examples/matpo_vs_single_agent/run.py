@@ -29,6 +29,8 @@ def _train(graph: str, noise: str | None, out: Path, args: argparse.Namespace) -
         sys.executable, "-m", "matpo_graph", "train", str(ROOT / "graphs" / f"{graph}.yaml"), "--out", str(out),
         "--steps", str(args.steps), "--seed", str(args.seed), "--questions-per-step", str(args.questions_per_step),
         "--eval-questions", str(args.eval_questions), "--warmstart", args.warmstart,
+        "--time-budget", "0",  # a fixed step count, not a wall clock: both graphs get the same number of updates
+        "--set", f"sft_demos={args.sft_demos}",
     ]
     if noise:
         cmd += ["--noise", noise]
@@ -51,12 +53,22 @@ def _summary(run: Path) -> dict[str, float]:
     rows = _rows(run)
     train = [r for r in rows if "reward_mean" in r]
     evals = [r for r in rows if "eval/greedy/accuracy" in r]
-    ctx = max((v for r in train for k, v in r.items() if k.startswith("max_context/")), default=0.0)
+
+    def mean(key: str) -> float:
+        vals = [float(r[key]) for r in train if key in r]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    nan = float("nan")
     return {
-        "final reward": train[-1]["reward_mean"] if train else float("nan"),
-        "final train accuracy": train[-1]["accuracy"] if train else float("nan"),
-        "held-out accuracy (greedy)": evals[-1]["eval/greedy/accuracy"] if evals else float("nan"),
-        "largest context (tokens)": float(ctx),
+        "mean train reward": mean("reward_mean"),
+        "mean train accuracy": mean("accuracy"),
+        "groups with signal": mean("group_variance_share"),
+        "held-out acc. (greedy)": evals[-1]["eval/greedy/accuracy"] if evals else nan,
+        "held-out acc. (sampled)": evals[-1].get("eval/sampled/accuracy", nan) if evals else nan,
+        "tool error rate": mean("tool_error_rate"),
+        "largest context (tokens)": float(max((v for r in train for k, v in r.items() if k.startswith("max_context/")),
+                                               default=0.0)),
+        "RL seconds": sum(float(r.get("step_seconds", 0.0)) for r in train),
     }
 
 
@@ -87,6 +99,7 @@ def main() -> int:
     p.add_argument("--questions-per-step", type=int, default=4)
     p.add_argument("--eval-questions", type=int, default=8)
     p.add_argument("--warmstart", default="auto", choices=["auto", "sft", "none"])
+    p.add_argument("--sft-demos", type=int, default=20, help="expert demonstrations of each graph's warm-up")
     p.add_argument("--out", type=Path, default=Path("runs/matpo_vs_single_agent"))
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -103,14 +116,15 @@ def main() -> int:
             warm = warm or run / "sft"
             _report(run)
     lines = ["# MATPO vs single-agent GRPO", "", f"steps={args.steps} seed={args.seed} "
-             f"questions/step={args.questions_per_step} warmstart={args.warmstart}", ""]
+             f"questions/step={args.questions_per_step} eval questions={args.eval_questions} "
+             f"warmstart={args.warmstart} sft_demos={args.sft_demos}", ""]
     keys = list(_summary(next(iter(runs.values()))).keys())
     lines.append("| graph | tools | " + " | ".join(keys) + " |")
     lines.append("|---|---|" + "---|" * len(keys))
     for name, run in runs.items():
         label, setting = name.split("|")
         s = _summary(run)
-        lines.append(f"| {label} | {setting} | " + " | ".join(f"{s[k]:.3f}" for k in keys) + " |")
+        lines.append(f"| {label} | {setting} | " + " | ".join(f"{s[k]:.0f}" if s[k] >= 100 else f"{s[k]:.3f}" for k in keys) + " |")
     (args.out / "comparison.md").write_text("\n".join(lines) + "\n")
     _plot(args.out, runs)
     print("\n".join(lines))

@@ -101,13 +101,9 @@ class LocalTrainer:
                         )
                     final = last_done == self.cfg.steps  # its time was reserved by the budget check
                     if self._eval_due(last_done) and (final or not self._over_budget(started, history, eval_only=True)):
-                        ev = session.evaluate(n=self.cfg.eval_questions, step=last_done)
-                        self._append_metrics({"step": last_done, **ev})
-                        history[-1].update(ev)
+                        self._evaluate(session, last_done, history)
                 if budget_stop and self.cfg.eval_questions > 0 and not self._eval_due(last_done) and history:
-                    ev = session.evaluate(n=self.cfg.eval_questions, step=last_done)
-                    self._append_metrics({"step": last_done, **ev})
-                    history[-1].update(ev)
+                    self._evaluate(session, last_done, history)
                 if (self.stop or budget_stop) and last_done > start_step and latest_checkpoint(self.run_dir) is not None:
                     cur = latest_checkpoint(self.run_dir)
                     if cur is not None and not cur.name.endswith(f"{last_done:06d}"):
@@ -216,17 +212,27 @@ class LocalTrainer:
         if changed:
             print(f"warning: prompt templates changed since the checkpoint: {', '.join(changed)}")
 
+    def _evaluate(self, session: Any, step: int, history: list[dict[str, Any]]) -> None:
+        t0 = time.perf_counter()
+        ev = session.evaluate(n=self.cfg.eval_questions, step=step)
+        ev["eval_seconds"] = time.perf_counter() - t0
+        self._append_metrics({"step": step, **ev})
+        history[-1].update(ev)
+
     def _over_budget(self, started: float, history: list[dict[str, Any]], *, eval_only: bool = False) -> bool:
         """Whether the next RL step (or, with eval_only, a mid-run evaluation) would end past the time budget.
 
-        A step is estimated by the slowest step so far, an evaluation by that step's rollout time (it runs
-        2 x eval_questions rollouts instead of questions_per_step x G). The first step always runs.
+        A step is estimated by the slowest step so far, an evaluation by the slowest one so far or else by
+        the slowest step's rollouts (2 x eval_questions rollouts vs questions_per_step x G). The first
+        step always runs.
         """
         budget = self.cfg.time_budget_minutes * 60.0
         if budget <= 0 or not history:
             return False
         step_s = max(float(r.get("step_seconds", 0.0)) for r in history)
-        eval_s = max(float(r.get("rollout_seconds", 0.0)) for r in history) if self.cfg.eval_questions > 0 else 0.0
+        seen = [float(r["eval_seconds"]) for r in history if "eval_seconds" in r]
+        guess = max(seen) if seen else max(float(r.get("rollout_seconds", 0.0)) for r in history)
+        eval_s = guess if self.cfg.eval_questions > 0 else 0.0
         needed = eval_s if eval_only else step_s + eval_s
         return time.monotonic() - started + needed > budget
 

@@ -38,3 +38,9 @@ def test_without_evaluation_only_the_step_is_reserved(monkeypatch):
     assert _trainer(time_budget_minutes=20, eval_questions=0)._over_budget(0.0, history) is False
     assert _trainer(time_budget_minutes=20, eval_questions=4)._over_budget(0.0, history) is True
     assert _trainer(time_budget_minutes=20, eval_questions=4)._over_budget(0.0, history, eval_only=True) is False
+
+
+def test_a_measured_evaluation_replaces_the_rollout_guess(monkeypatch):
+    monkeypatch.setattr(trainer_mod.time, "monotonic", lambda: 1200.0 - 300.0 - 60.0)
+    history = [{"step_seconds": 300.0, "rollout_seconds": 200.0, "eval_seconds": 50.0}]
+    assert _trainer(time_budget_minutes=20, eval_questions=4)._over_budget(0.0, history) is False

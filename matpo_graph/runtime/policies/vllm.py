@@ -93,7 +93,8 @@ class VLLMPolicy:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        small_cpu = (os.cpu_count() or 1) <= _SMALL_CPU_CORES
+        # MATPO_VLLM_CPU_LAYOUT=vllm keeps vLLM's own layout (see scripts/bench_engine_layout.py)
+        small_cpu = (os.cpu_count() or 1) <= _SMALL_CPU_CORES and os.environ.get("MATPO_VLLM_CPU_LAYOUT") != "vllm"
         if small_cpu:  # give the model worker every core; its scheduler is deprioritised below instead
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         from vllm.engine.arg_utils import AsyncEngineArgs
