@@ -20,11 +20,17 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no metrics yet (has the run done a step?)")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    # A resumed run may repeat steps; the last record of a step wins.
+    # A step has a training record and maybe an evaluation record: they are merged. A resumed run may
+    # redo a step; its new training record then replaces everything recorded for that step before.
     by_step: dict[int, dict[str, Any]] = {}
     for row in rows:
-        if "step" in row:
-            by_step[int(row["step"])] = row
+        if "step" not in row:
+            continue
+        step = int(row["step"])
+        if "reward_mean" in row or step not in by_step:
+            by_step[step] = dict(row)
+        else:
+            by_step[step].update(row)
     return [by_step[k] for k in sorted(by_step)]
 
 
@@ -85,20 +91,21 @@ def write_report(run_dir: Path) -> Path:
     if eval_keys and _plot(rows, eval_keys, "Held-out evaluation", plots / "eval.png"):
         made.append(("eval.png", "Held-out evaluation"))
 
-    last = rows[-1] if rows else {}
-    first = rows[0] if rows else {}
     lines = [f"# Training report: {run_dir.name}", ""]
-    lines.append(f"Steps recorded: {len(rows)} (last step {last.get('step', '-')}).")
+    lines.append(f"Steps recorded: {len(rows)} (last step {rows[-1].get('step', '-') if rows else '-'}).")
     lines.append("")
-    lines.append("| metric | first step | last step |")
+    lines.append("| metric | first recorded | last recorded |")
     lines.append("|---|---|---|")
     for key in (
         "reward_mean", "accuracy", "format_score", "loss", "grad_norm", "clip_fraction", "kl",
         "trajectories_root", "trajectories_descendant", "subtasks_per_root", "tool_error_rate",
-        "group_variance_share", "rollout_seconds", "train_seconds",
+        "group_variance_share", "rollout_seconds", "train_seconds", "step_seconds",
+        "eval/greedy/accuracy", "eval/sampled/accuracy",
     ):
-        if key in last or key in first:
-            lines.append(f"| {key} | {_fmt(first.get(key))} | {_fmt(last.get(key))} |")
+        having = [r for r in rows if key in r]
+        if having:
+            lines.append(f"| {key} | {_fmt(having[0][key])} (step {having[0]['step']}) | "
+                         f"{_fmt(having[-1][key])} (step {having[-1]['step']}) |")
     lines.append("")
     for name, title in made:
         lines.append(f"## {title}\n\n![{title}](plots/{name})\n")
