@@ -101,6 +101,7 @@ def main() -> int:
     p.add_argument("--warmstart", default="auto", choices=["auto", "sft", "none"])
     p.add_argument("--sft-demos", type=int, default=20, help="expert demonstrations of each graph's warm-up")
     p.add_argument("--out", type=Path, default=Path("runs/matpo_vs_single_agent"))
+    p.add_argument("--table-only", action="store_true", help="only (re)write the table and plot from the runs under OUT")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Path] = {}
@@ -109,6 +110,8 @@ def main() -> int:
         for setting, noise in SETTINGS.items():
             run = args.out / f"{graph}-{setting}"
             runs[f"{label}|{setting}"] = run
+            if args.table_only:
+                continue
             if warm is not None and (warm / "model" / "config.json").exists() and not (run / "sft").exists():
                 run.mkdir(parents=True, exist_ok=True)
                 shutil.copytree(warm, run / "sft")
