@@ -143,7 +143,8 @@ def test_check_matpo_invariants_reject_a_biased_std(case) -> None:
     groups: dict[str, set[float]] = {}
     for t in case.trees:
         groups.setdefault(t.group_id, set()).add(t.reward.total)
-    if any(len(v) > 1 for v in groups.values()):
+    # Rewards that differ by less than epsilon give (near-)zero advantages under either std: undetectable.
+    if any(max(v) - min(v) > 1e-3 for v in groups.values()):
         with pytest.raises(InvariantViolation):
             check_broadcast(out, p)
 
