@@ -6,7 +6,7 @@ tool call, share of all acting replies with one, share of written calls that are
 rollouts: answers in the graph's format, accuracy, mean reward, and the share of groups (G rollouts of one
 question) whose rewards differ, i.e. that give GRPO a learning signal.
 
-    python scripts/bench_coldstart.py --questions 8 --group 4 --demos 32 --epochs 2 --lr 1e-4
+    python scripts/bench_coldstart.py --questions 16 --group 4     # the trainer's default warm-up
     python scripts/bench_coldstart.py --skip-before --checkpoint runs/x/sft/model   # measure a checkpoint
 """
 
@@ -32,10 +32,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-hops", type=int, default=2)
     p.add_argument("--env-seed", type=int, default=0)
     p.add_argument("--env-entities", type=int, default=400)
-    p.add_argument("--demos", type=int, default=32)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--train-layers", type=int, default=10)
+    from matpo_graph.train.config import TrainConfig
+    warm = TrainConfig()  # the warm-up the trainer runs by default
+    p.add_argument("--demos", type=int, default=warm.sft_demos)
+    p.add_argument("--epochs", type=int, default=warm.sft_epochs)
+    p.add_argument("--lr", type=float, default=warm.sft_lr)
+    p.add_argument("--train-layers", type=int, default=warm.train_layers)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("runs/bench_coldstart"))

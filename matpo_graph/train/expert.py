@@ -237,9 +237,9 @@ class ExpertPolicy:
         if retry:
             lead = "The report did not give the fact, so I ask again."
         elif turns:
-            lead = f"Next: step{'s' if len(ready) > 1 else ''} {', '.join(str(st.index) for st in ready)}."
-        elif ctx.depth == 0:  # the plan, written once, tells every later turn whether a step is left
-            lead = "Plan:\n" + "\n".join(f"{st.index}. {st.raw or st.question}" for st in steps)
+            lead = f"Next: lookup{'s' if len(ready) > 1 else ''} {', '.join(str(st.index) for st in ready)} of {len(steps)}."
+        elif ctx.depth == 0:
+            lead = _plan_text(steps)
         else:
             lead = "I will hand this lookup to a helper."
         calls = "\n".join(format_tool_call(s.child or "", {s.child_arg or "subtask": st.question}, self.fmt) for st in ready)
@@ -317,7 +317,8 @@ class ExpertPolicy:
         if ctx.depth == 0:
             if not complete:
                 return f"{note} I could not find all the facts.\n{self._answer('unknown')}".strip()
-            return f"{note} All the facts are in.\n{self._answer(item.answers[0])}".strip()
+            done_text = "That was the only lookup." if len(steps) == 1 else f"All {len(steps)} lookups are done."
+            return f"{note} {done_text}\n{self._answer(item.answers[0])}".strip()
         step = steps[0]
         if ctx.purpose == "act":  # the turn that ends the work; a report follows when the graph asks for one
             if not complete:
@@ -333,6 +334,19 @@ class ExpertPolicy:
 
     def _answer(self, answer: str) -> str:
         return f"\\boxed{{{answer}}}" if self.program.answer_format == "boxed" else f"<answer>{answer}</answer>"
+
+
+def _plan_text(steps: Sequence[Step]) -> str:
+    """The root's first words: how many lookups the question needs, then (if more than one) the list.
+
+    The count is stated once, up front, in words that differ from the first token on ("This needs one
+    lookup." against "This needs 2 lookups:"), so every later turn can read whether a lookup is left
+    from its own opening instead of re-deciding it; a small model otherwise keeps delegating after a
+    one-lookup question is already answered.
+    """
+    if len(steps) == 1:
+        return "This needs one lookup."
+    return f"This needs {len(steps)} lookups:\n" + "\n".join(f"{st.index}. {st.raw or st.question}" for st in steps)
 
 
 def _keywords(question: str) -> str:

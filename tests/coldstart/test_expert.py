@@ -151,3 +151,17 @@ def test_steps_of_one_step_decomposition_is_the_question_as_asked():
     ])
     (step,) = steps_of(item)
     assert (step.question, step.answer, step.support) == ("Who employed Ann Lee?", "Rook Press", "/page/ann-lee")
+
+
+def test_expert_root_states_the_lookup_count_first_and_closes_on_it(chat, web):
+    """One-lookup and multi-lookup questions differ from the root's first words on, and its last turn says why it stops."""
+    program, plan = load("deep_search")
+    one = next(q for q in web.world.questions["train"] if q.metadata.get("hops") == 1)
+    two = next(q for q in web.world.questions["train"] if q.metadata.get("hops") == 2)
+    trees = demos(program, plan, [one, two], chat, web).trees
+    first = {t.question: [turn.text for turn in t.root.turns] for t in trees}
+    assert first[one.question][0].startswith("This needs one lookup.\n<tool_call>")
+    assert first[one.question][-1].startswith("The helper found: ") and "That was the only lookup." in first[one.question][-1]
+    assert first[two.question][0].startswith("This needs 2 lookups:\n1. ")
+    assert "Next: lookup 2 of 2." in first[two.question][1]
+    assert "All 2 lookups are done." in first[two.question][-1]
