@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from matpo_graph.train.config import WARMUP_DEMOS, WARMUP_EPOCHS, WARMUP_LR
+
 __all__ = ["register"]
 
 
@@ -23,9 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     s.add_argument("graph", help="graph YAML or compiled folder")
     s.add_argument("--out", type=Path, required=True, help="run folder for demos, metrics and the checkpoint")
-    s.add_argument("--demos", type=int, default=48, help="demonstrations to train on (default 48)")
-    s.add_argument("--epochs", type=int, default=2, help="passes over the demonstrations (default 2)")
-    s.add_argument("--lr", type=float, default=5e-5, help="peak AdamW learning rate (default 5e-5)")
+    s.add_argument("--demos", type=int, default=WARMUP_DEMOS, help=f"demonstrations to train on (default {WARMUP_DEMOS})")
+    s.add_argument("--epochs", type=int, default=WARMUP_EPOCHS, help=f"passes over the demonstrations (default {WARMUP_EPOCHS})")
+    s.add_argument("--lr", type=float, default=WARMUP_LR, help=f"peak AdamW learning rate (default {WARMUP_LR:g})")
     s.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name or HF model folder")
     s.add_argument("--train-layers", type=int, default=None,
                    help="decoder layers trained, counted from the top; 0 trains all (default 10)")

@@ -21,6 +21,7 @@ from typing import Any
 
 from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
+from matpo_graph.train.config import WARMUP_DEMOS, WARMUP_EPOCHS, WARMUP_LR
 
 __all__ = ["SFTSettings", "run_sft", "train_sft"]
 
@@ -29,8 +30,8 @@ __all__ = ["SFTSettings", "run_sft", "train_sft"]
 class SFTSettings:
     """Optimisation settings of the warm-up (defaults fit about ten minutes on two CPU cores)."""
 
-    epochs: int = 2
-    lr: float = 5e-5
+    epochs: int = WARMUP_EPOCHS
+    lr: float = WARMUP_LR
     batch_size: int = 4
     """Trajectories per optimizer step; the loss is the mean over their generated tokens."""
     micro_batch_tokens: int = 4096
@@ -188,9 +189,9 @@ def run_sft(
     *,
     model_dir: str | Path,
     out_dir: str | Path,
-    demos: int = 48,
-    epochs: int = 2,
-    lr: float = 5e-5,
+    demos: int = WARMUP_DEMOS,
+    epochs: int = WARMUP_EPOCHS,
+    lr: float = WARMUP_LR,
     seed: int = 0,
     env_seed: int = 0,
     env_entities: int = 400,
