@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("--train-layers", type=int, default=None,
                    help="decoder layers trained, counted from the top; 0 trains all (default 10)")
     s.add_argument("--batch-size", type=int, default=None, help="trajectories per optimizer step (default 4)")
+    s.add_argument("--precision", choices=("auto", "bf16", "fp32"), default=None,
+                   help="matmul precision of the training passes (default auto: bf16 where the CPU has native bf16)")
     s.add_argument("--max-seconds", type=float, default=None, help="stop training after this long (checkpoint still written)")
     s.add_argument("--from-demos", type=Path, help="train on these demonstrations (JSONL) instead of making new ones")
     s.add_argument("--seed", type=int, default=0)
@@ -86,7 +88,7 @@ def _sft(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     extra = {k: v for k, v in {"train_layers": args.train_layers, "batch_size": args.batch_size,
-                                 "max_seconds": args.max_seconds}.items() if v is not None}
+                                 "max_seconds": args.max_seconds, "precision": args.precision}.items() if v is not None}
     try:
         trees = read_trees(args.from_demos) if args.from_demos else None
         path = run_sft(program, plan, model_dir=model_dir, out_dir=args.out, demos=args.demos, epochs=args.epochs,

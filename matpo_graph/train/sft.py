@@ -17,13 +17,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
 from matpo_graph.train.config import WARMUP_DEMOS, WARMUP_EPOCHS, WARMUP_LR
 
-__all__ = ["SFTSettings", "run_sft", "train_sft"]
+__all__ = ["SFTSettings", "cpu_has_native_bf16", "resolve_precision", "run_sft", "train_sft"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,9 @@ class SFTSettings:
     seed: int = 0
     max_seconds: float | None = None
     """Stop at the first optimizer step boundary after this many seconds (the checkpoint is still written)."""
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    """Matmuls of the training passes in bfloat16 (autocast; weights, optimizer and loss stay float32) or
+    float32. auto picks bf16 where the CPU has native bfloat16 instructions (about twice as fast there)."""
     eval_loss: bool = False
     """Also measure the mean loss over all demonstrations before and after training (costs two forward passes
     of the trained layers; the frozen layers' output is cached by then)."""
@@ -58,6 +61,8 @@ class SFTSettings:
             raise ValueError("batch_size must be >= 1 and micro_batch_tokens >= 16")
         if self.train_layers < 0:
             raise ValueError(f"train_layers must be >= 0 (0 trains every layer), got {self.train_layers}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +110,7 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
     torch.manual_seed(s.seed)
     t_start, cpu_start = time.perf_counter(), time.process_time()
     model = SFTModel(model_dir, train_layers=s.train_layers, train_embeddings=s.train_embeddings)
+    bf16 = resolve_precision(s.precision) == "bf16"
     optimizer = torch.optim.AdamW(model.trainable, lr=s.lr, weight_decay=s.weight_decay)
     steps_per_epoch = math.ceil(len(examples) / s.batch_size)
     total_steps = steps_per_epoch * s.epochs
@@ -120,7 +126,7 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
     summary: dict[str, Any] = {
         "kind": "summary", "demonstrations": len(trees), "examples": len(examples), "roles": roles,
         "tokens": sum(len(ex) for ex in examples), "trained_tokens": sum(ex.trained_tokens for ex in examples),
-        "trainable_parameters": model.num_trainable(), "settings": s.as_dict(),
+        "trainable_parameters": model.num_trainable(), "settings": s.as_dict(), "precision": "bf16" if bf16 else "fp32",
     }
     if s.eval_loss:
         model.model.eval()
@@ -142,7 +148,8 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
                 optimizer.zero_grad(set_to_none=True)
                 batch_loss = 0.0
                 for micro in micro_batches(batch, max_tokens=s.micro_batch_tokens):
-                    loss, _ = model.loss_sum(micro)
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                        loss, _ = model.loss_sum(micro)
                     (loss / max(1, n_trained)).backward()
                     batch_loss += float(loss.detach())
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(model.trainable, s.max_grad_norm))
@@ -171,6 +178,27 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
     summary["checkpoint"] = str(path)
     log(summary)
     return path
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slower."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def resolve_precision(precision: str, cpuinfo: str | None = None) -> str:
+    """The precision `auto` stands for on this machine."""
+    if precision == "auto":
+        return "bf16" if cpu_has_native_bf16(cpuinfo) else "fp32"
+    return precision
 
 
 def _progress(enabled: bool) -> Any:

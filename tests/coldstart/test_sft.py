@@ -6,18 +6,31 @@ import json
 
 import pytest
 
-from matpo_graph.train.sft import SFTSettings, run_sft
+from matpo_graph.train.sft import SFTSettings, cpu_has_native_bf16, resolve_precision, run_sft
 
 from cs_helpers import demos, load, questions
 
 
 @pytest.mark.parametrize("bad, match", [
     ({"epochs": 0}, "epochs"), ({"lr": 0.0}, "lr"), ({"lr": float("nan")}, "lr"),
-    ({"batch_size": 0}, "batch_size"), ({"train_layers": -1}, "train_layers"),
+    ({"batch_size": 0}, "batch_size"), ({"train_layers": -1}, "train_layers"), ({"precision": "fp16"}, "precision"),
 ])
 def test_sft_settings_reject_bad_values(bad, match):
     with pytest.raises(ValueError, match=match):
         SFTSettings(**bad)
+
+
+@pytest.mark.parametrize("flags, native", [
+    ("fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni", True),
+    ("fpu sse2 avx2 amx_bf16 amx_tile", True),
+    ("fpu sse2 avx2 avx512f avx512_vnni", False),
+    ("", False),
+])
+def test_auto_precision_uses_bf16_only_where_the_cpu_computes_it_natively(flags, native):
+    cpuinfo = f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n"
+    assert cpu_has_native_bf16(cpuinfo) is native
+    assert resolve_precision("auto", cpuinfo) == ("bf16" if native else "fp32")
+    assert resolve_precision("fp32", cpuinfo) == "fp32" and resolve_precision("bf16", cpuinfo) == "bf16"
 
 
 def test_run_sft_without_usable_demonstrations_says_so(tmp_path, model_dir):
@@ -45,6 +58,7 @@ def test_sft_tiny_run_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, mod
     rows = [json.loads(line) for line in (tmp_path / "metrics_sft.jsonl").read_text().splitlines()]
     summary = rows[-1]
     assert summary["kind"] == "summary" and summary["steps"] == 2
+    assert summary["precision"] == resolve_precision("auto")
     assert summary["loss_after"] < summary["loss_before"]
     assert [r["epoch"] for r in rows if r["kind"] == "epoch"] == [1]
     assert (tmp_path / "demos.jsonl").is_file()
@@ -56,6 +70,7 @@ def test_sft_tiny_run_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, mod
     loaded = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
     base = load_file(str(model_dir / "model.safetensors"))
     new = load_file(str(out / "model.safetensors"))
+    assert all(t.dtype == torch.float32 for t in new.values())  # bf16 autocast trains float32 weights
     last = loaded.config.num_hidden_layers - 1
     assert torch.equal(new["model.layers.0.self_attn.q_proj.weight"], base["model.layers.0.self_attn.q_proj.weight"])
     assert not torch.equal(new[f"model.layers.{last}.mlp.up_proj.weight"], base[f"model.layers.{last}.mlp.up_proj.weight"])
