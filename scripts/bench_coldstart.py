@@ -35,6 +35,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     from matpo_graph.train.config import TrainConfig
     warm = TrainConfig()  # the warm-up the trainer runs by default
     p.add_argument("--demos", type=int, default=warm.sft_demos)
+    p.add_argument("--drills", type=int, default=warm.sft_drills, help="opening drills (root first turns only)")
     p.add_argument("--epochs", type=int, default=warm.sft_epochs)
     p.add_argument("--lr", type=float, default=warm.sft_lr)
     p.add_argument("--train-layers", type=int, default=warm.train_layers)
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             if ckpt is None:
                 t0 = time.perf_counter()
                 ckpt = run_sft(program, plan, model_dir=base, out_dir=args.out / "sft", demos=args.demos,
-                               epochs=args.epochs, lr=args.lr, seed=args.seed, env_seed=args.env_seed,
+                               drills=args.drills, epochs=args.epochs, lr=args.lr, seed=args.seed, env_seed=args.env_seed,
                                env_entities=args.env_entities, max_hops=args.max_hops,
                                train_layers=args.train_layers, batch_size=args.batch_size)
                 results["warmup_seconds"] = time.perf_counter() - t0
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         web.stop()
     print(_table(before, after))
     if "warmup_seconds" in results:
-        print(f"warm-up wall time: {results['warmup_seconds']:.0f}s (demos {args.demos}, epochs {args.epochs}, "
+        print(f"warm-up wall time: {results['warmup_seconds']:.0f}s (demos {args.demos}, drills {args.drills}, epochs {args.epochs}, "
               f"lr {args.lr:g}, train_layers {args.train_layers})")
     (args.out / "bench_coldstart.json").write_text(json.dumps(results, indent=2, sort_keys=True))
     return 0

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from matpo_graph.train.config import WARMUP_DEMOS, WARMUP_EPOCHS, WARMUP_LR
+from matpo_graph.train.config import WARMUP_DEMOS, WARMUP_DRILLS, WARMUP_EPOCHS, WARMUP_LR
 
 __all__ = ["register"]
 
@@ -26,6 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("graph", help="graph YAML or compiled folder")
     s.add_argument("--out", type=Path, required=True, help="run folder for demos, metrics and the checkpoint")
     s.add_argument("--demos", type=int, default=WARMUP_DEMOS, help=f"demonstrations to train on (default {WARMUP_DEMOS})")
+    s.add_argument("--drills", type=int, default=WARMUP_DRILLS,
+                   help=f"further demonstrations of which only the root's first turn is trained (default {WARMUP_DRILLS})")
     s.add_argument("--epochs", type=int, default=WARMUP_EPOCHS, help=f"passes over the demonstrations (default {WARMUP_EPOCHS})")
     s.add_argument("--lr", type=float, default=WARMUP_LR, help=f"peak AdamW learning rate (default {WARMUP_LR:g})")
     s.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name or HF model folder")
@@ -91,7 +93,7 @@ def _sft(args: argparse.Namespace) -> int:
                                  "max_seconds": args.max_seconds, "precision": args.precision}.items() if v is not None}
     try:
         trees = read_trees(args.from_demos) if args.from_demos else None
-        path = run_sft(program, plan, model_dir=model_dir, out_dir=args.out, demos=args.demos, epochs=args.epochs,
+        path = run_sft(program, plan, model_dir=model_dir, out_dir=args.out, demos=args.demos, drills=args.drills, epochs=args.epochs,
                        lr=args.lr, seed=args.seed, env_seed=args.env_seed, env_entities=args.env_entities,
                        max_hops=args.max_hops, trees=trees, progress=not args.quiet, **extra)
     except ExpertUnsupported as exc:

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # The default warm-up, shared by `train`, `sft` and the cold-start benchmark. One pass over 40
 # demonstrations generalised better than two over 20 at about the same cost (scripts/bench_coldstart.py).
 WARMUP_DEMOS = 40
+# Extra demonstrations of which only the root's first turn (the decomposition) is trained: cheap, and
+# what moves the planner's lookup count off a coin flip.
+WARMUP_DRILLS = 160
 WARMUP_EPOCHS = 1
 WARMUP_LR = 3e-4
 
@@ -64,6 +67,10 @@ class TrainConfig(BaseModel):
         default="auto", description="Cold start before RL: sft (supervised warm-up on expert demonstrations), none, or auto (sft for the embedded model)."
     )
     sft_demos: int = Field(default=WARMUP_DEMOS, ge=1, description="Expert demonstrations for the warm-up.")
+    sft_drills: int = Field(
+        default=WARMUP_DRILLS, ge=0,
+        description="Further demonstrations of which only the root's first turn (its decomposition) is trained.",
+    )
     sft_epochs: int = Field(default=WARMUP_EPOCHS, ge=1, description="Epochs of the warm-up.")
     sft_lr: float = Field(default=WARMUP_LR, gt=0.0, description="Learning rate of the warm-up.")
     kv_cache_gib: int = Field(default=2, ge=1, description="vLLM CPU KV cache size (GiB).")

@@ -5,7 +5,8 @@ sees all-zero rewards and no GRPO signal. A short supervised pass on full-reward
 (cross-entropy on exactly the generated tokens of every trajectory, all roles at once) teaches the call
 and answer formats; the RL trainer then starts from the checkpoint written here.
 
-Outputs under ``out_dir``: ``demos.jsonl`` (the demonstrations), ``metrics_sft.jsonl`` (one row per
+Outputs under ``out_dir``: ``demos.jsonl`` (the demonstrations), ``drills.jsonl`` (the trees whose
+root openings were drilled), ``metrics_sft.jsonl`` (one row per
 optimizer step, one per epoch, and a final summary) and ``model/`` (a complete HF model folder).
 """
 
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
-from matpo_graph.train.config import WARMUP_DEMOS, WARMUP_EPOCHS, WARMUP_LR
+from matpo_graph.train.config import WARMUP_DEMOS, WARMUP_DRILLS, WARMUP_EPOCHS, WARMUP_LR
 
 __all__ = ["SFTSettings", "cpu_has_native_bf16", "resolve_precision", "run_sft", "train_sft"]
 
@@ -90,21 +91,24 @@ def _mean_loss(model: Any, examples: Sequence[Any], micro_batch_tokens: int) -> 
 
 
 def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: str | Path,
-              settings: SFTSettings | None = None, progress: bool = True) -> Path:
-    """Train on the trajectories of `trees` and write the checkpoint ``out_dir/model``; returns its path.
+              settings: SFTSettings | None = None, progress: bool = True,
+              openings: Sequence[RolloutTree] = ()) -> Path:
+    """Train on the trajectories of `trees` (and the root openings of `openings`, see
+    :func:`~matpo_graph.train.sft_data.opening_examples`) and write the checkpoint ``out_dir/model``;
+    returns its path.
 
     Raises:
         ValueError: no trajectory with generated tokens in `trees`.
     """
     import torch
 
-    from matpo_graph.train.sft_data import examples_from_trees, micro_batches, optimizer_batches
+    from matpo_graph.train.sft_data import examples_from_trees, micro_batches, opening_examples, optimizer_batches
     from matpo_graph.train.sft_model import SFTModel, save_hf_checkpoint
 
     s = settings or SFTSettings()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    examples = examples_from_trees(trees)
+    examples = examples_from_trees(trees) + opening_examples(openings)
     if not examples:
         raise ValueError("no demonstration has generated tokens to learn from")
     torch.manual_seed(s.seed)
@@ -124,7 +128,7 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
 
     roles = sorted({ex.role for ex in examples})
     summary: dict[str, Any] = {
-        "kind": "summary", "demonstrations": len(trees), "examples": len(examples), "roles": roles,
+        "kind": "summary", "demonstrations": len(trees), "opening_drills": len(openings), "examples": len(examples), "roles": roles,
         "tokens": sum(len(ex) for ex in examples), "trained_tokens": sum(ex.trained_tokens for ex in examples),
         "trainable_parameters": model.num_trainable(), "settings": s.as_dict(), "precision": "bf16" if bf16 else "fp32",
     }
@@ -218,6 +222,7 @@ def run_sft(
     model_dir: str | Path,
     out_dir: str | Path,
     demos: int = WARMUP_DEMOS,
+    drills: int = WARMUP_DRILLS,
     epochs: int = WARMUP_EPOCHS,
     lr: float = WARMUP_LR,
     seed: int = 0,
@@ -236,6 +241,8 @@ def run_sft(
         model_dir: the HF model folder to start from.
         out_dir: where demos, metrics and the checkpoint go.
         demos: demonstrations to train on (trees with full reward; fewer if the expert fails often).
+        drills: further demonstrations of which only the root's first turn is trained (opening drills);
+            ignored when `trees` is given.
         epochs, lr, seed: optimisation; further :class:`SFTSettings` fields by keyword.
         env_seed, env_entities, max_hops: the embedded world and the longest question chain to use.
         trees: ready-made demonstrations; when given nothing is generated.
@@ -250,15 +257,18 @@ def run_sft(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    openings: list[RolloutTree] = []
     if trees is None:
-        batch = make_demos(program, plan, n=demos, model_dir=model_dir, seed=seed, env_seed=env_seed,
+        batch = make_demos(program, plan, n=demos + max(0, drills), model_dir=model_dir, seed=seed, env_seed=env_seed,
                            env_entities=env_entities, max_hops=max_hops)
-        trees = batch.trees
+        trees, openings = batch.trees[:demos], batch.trees[demos:]
         if not trees:
             raise ValueError(f"the expert produced no full-reward demonstration out of {batch.tried} tries "
                              f"(rejected: {batch.rejected}); check the embedded web and the graph's tools")
         if progress:
             print(f"expert: {batch.describe()} in {time.perf_counter() - t0:.1f}s")
     write_trees(out / "demos.jsonl", trees)
-    return train_sft(trees, model_dir=model_dir, out_dir=out,
+    if openings:
+        write_trees(out / "drills.jsonl", openings)
+    return train_sft(trees, model_dir=model_dir, out_dir=out, openings=openings,
                      settings=SFTSettings(epochs=epochs, lr=lr, seed=seed, **settings), progress=progress)

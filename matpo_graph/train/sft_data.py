@@ -4,6 +4,10 @@ Every trajectory of every demonstration becomes one example, whatever its role (
 the trajectory's own token ids with its own loss mask, so prompts, few-shot examples, tool results and
 child reports (mask 0) are context only and exactly the generated tokens (mask 1) are learned. Tokens
 after the last generated one teach nothing and are cut off.
+
+Opening drills are cheaper extra examples: only the root's first turn of further demonstrations. That
+turn carries the question's decomposition (how many lookups, and the first one), a choice a full
+demonstration teaches once among thousands of formatting tokens; a drill costs a sixth of one.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 
 from matpo_graph.core.rollout import RolloutTree
 
-__all__ = ["SFTExample", "examples_from_trees", "micro_batches", "optimizer_batches"]
+__all__ = ["SFTExample", "examples_from_trees", "micro_batches", "opening_examples", "optimizer_batches"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,22 @@ def examples_from_trees(trees: Iterable[RolloutTree], *, max_tokens: int | None 
             if max_tokens is not None and n > max_tokens:
                 continue
             out.append(SFTExample(f"{tree.tree_id}/{traj.traj_id}", traj.role, tuple(traj.token_ids[:n]), tuple(traj.loss_mask[:n])))
+    return out
+
+
+def opening_examples(trees: Iterable[RolloutTree]) -> list[SFTExample]:
+    """One example per tree: its root trajectory cut right after the first generated turn."""
+    out: list[SFTExample] = []
+    for tree in trees:
+        root = tree.root
+        start = next((i for i, m in enumerate(root.loss_mask) if m), None)
+        if start is None:
+            continue
+        end = start
+        while end < len(root.loss_mask) and root.loss_mask[end]:
+            end += 1
+        out.append(SFTExample(f"{tree.tree_id}/{root.traj_id}:opening", root.role, tuple(root.token_ids[:end]),
+                              tuple(root.loss_mask[:end])))
     return out
 
 

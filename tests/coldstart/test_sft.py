@@ -57,7 +57,7 @@ def test_sft_tiny_run_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, mod
     assert out == tmp_path / "model"
     rows = [json.loads(line) for line in (tmp_path / "metrics_sft.jsonl").read_text().splitlines()]
     summary = rows[-1]
-    assert summary["kind"] == "summary" and summary["steps"] == 2
+    assert summary["kind"] == "summary" and summary["steps"] == 2 and summary["opening_drills"] == 0
     assert summary["precision"] == resolve_precision("auto")
     assert summary["loss_after"] < summary["loss_before"]
     assert [r["epoch"] for r in rows if r["kind"] == "epoch"] == [1]
@@ -84,3 +84,20 @@ def test_sft_tiny_run_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, mod
             loss, n = reloaded.loss_sum([ex])
             total, count = total + float(loss), count + n
     assert total / count == pytest.approx(summary["loss_after"], rel=1e-4)
+
+
+def test_opening_drills_add_one_short_example_per_tree(tmp_path, model_dir, web, chat):
+    from matpo_graph.train.sft import train_sft
+    from matpo_graph.train.sft_data import examples_from_trees
+
+    program, plan = load("deep_search")
+    trees = demos(program, plan, questions(web, 2, hops=1), chat, web).trees
+    assert len(trees) == 2
+    train_sft(trees[:1], openings=trees[1:], model_dir=model_dir, out_dir=tmp_path, progress=False,
+              settings=SFTSettings(epochs=1, train_layers=1, batch_size=8))
+    summary = [json.loads(line) for line in (tmp_path / "metrics_sft.jsonl").read_text().splitlines()][-1]
+    full = len(trees[0].trajectories)
+    assert summary["opening_drills"] == 1 and summary["examples"] == full + 1
+    opening = trees[1].root
+    first_turn_end = opening.loss_mask.index(1) + opening.turns[0].num_tokens
+    assert summary["tokens"] == sum(len(e) for e in examples_from_trees(trees[:1])) + first_turn_end

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from matpo_graph.core.rollout import RolloutTree, Trajectory
-from matpo_graph.train.sft_data import SFTExample, examples_from_trees, micro_batches, optimizer_batches
+from matpo_graph.train.sft_data import SFTExample, examples_from_trees, micro_batches, opening_examples, optimizer_batches
 
 
 def traj(tid, parent, mask, role="worker", depth=None):
@@ -27,6 +27,20 @@ def test_examples_from_trees_keeps_masks_and_cuts_the_untrained_tail():
     assert [e.role for e in out] == ["planner", "worker"]
     assert out[0].trained_tokens == 3
     assert examples_from_trees([tree], max_tokens=5) == [out[1]]
+
+
+def test_opening_examples_train_only_the_roots_first_turn():
+    tree = RolloutTree(tree_id="t", group_id="g", question="q", trajectories=[
+        traj("0", None, [0, 0, 1, 1, 0, 0, 1, 0], role="planner"),
+        traj("0.1", "0", [0, 1, 1]),
+    ])
+    silent = RolloutTree(tree_id="s", group_id="g", question="q", trajectories=[traj("0", None, [0, 0], role="planner")])
+    out = opening_examples([tree, silent])
+    assert [(e.key, e.role) for e in out] == [("t/0:opening", "planner")]
+    assert out[0].loss_mask == (0, 0, 1, 1) and out[0].token_ids == (100, 101, 102, 103)
+    # a prefix of the full example: the same context the policy saw, nothing invented
+    full = examples_from_trees([tree])[0]
+    assert full.token_ids[: len(out[0])] == out[0].token_ids
 
 
 def ex(key, n):
