@@ -9,6 +9,11 @@ head in SmolLM2) stay frozen unless ``train_embeddings`` is set.
 
 The loss is cross-entropy on the positions whose *next* token has loss mask 1; the output head runs only
 there, so the large vocabulary projection is not paid on context tokens.
+
+Examples of one role start with the same long system prompt. When several in a micro-batch share a
+prefix, it runs once and its keys and values serve every suffix (``share_prefix``): the same loss and
+gradients as running each example whole (a causal model's prefix states do not depend on what follows),
+for a fraction of the compute on the short opening drills.
 """
 
 from __future__ import annotations
@@ -36,10 +41,12 @@ class SFTModel:
         train_embeddings: also train the input embeddings (and so a tied output head).
         cache_frozen: keep the frozen lower stack's output per example (memory: 4 bytes x hidden size
             per token) so it is computed once.
+        share_prefix: the shortest common prefix (tokens) worth running once for several examples of a
+            micro-batch; 0 turns prefix sharing off.
     """
 
     def __init__(self, model_dir: str | Path, *, train_layers: int = 0, train_embeddings: bool = False,
-                 cache_frozen: bool = True) -> None:
+                 cache_frozen: bool = True, share_prefix: int = 64) -> None:
         from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
@@ -61,6 +68,7 @@ class SFTModel:
         self.cache_frozen = cache_frozen and self.cut > 0
         self._cache: dict[str, torch.Tensor] = {}
         self.pad_id = 0
+        self.share_prefix = share_prefix if self.split else 0
 
     @property
     def trainable(self) -> list[torch.nn.Parameter]:
@@ -77,13 +85,16 @@ class SFTModel:
         return create_causal_mask(config=self.model.config, inputs_embeds=hidden, attention_mask=attention,
                                   past_key_values=None, position_ids=positions)
 
-    def _run_layers(self, hidden: torch.Tensor, layers: Sequence[Any], attention: torch.Tensor | None) -> torch.Tensor:
+    def _run_layers(self, hidden: torch.Tensor, layers: Sequence[Any], attention: torch.Tensor | None,
+                    *, positions: torch.Tensor | None = None, mask: Any = None, kv: _PrefixKV | None = None) -> torch.Tensor:
         inner = self.model.model
-        positions = torch.arange(hidden.shape[1]).unsqueeze(0)
-        mask = self._mask(hidden, attention, positions)
+        if positions is None:
+            positions = torch.arange(hidden.shape[1]).unsqueeze(0)
+        if mask is None:
+            mask = self._mask(hidden, attention, positions)
         rope = inner.rotary_emb(hidden, position_ids=positions)
         for layer in layers:
-            out = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=positions)
+            out = layer(hidden, attention_mask=mask, position_embeddings=rope, position_ids=positions, past_key_values=kv)
             hidden = out[0] if isinstance(out, tuple) else out
         return hidden
 
@@ -114,6 +125,80 @@ class SFTModel:
 
     def loss_sum(self, batch: Sequence[SFTExample]) -> tuple[torch.Tensor, int]:
         """Summed cross-entropy over the trained tokens of a micro-batch, and how many there are."""
+        shared, rest = self._prefix_groups(batch)
+        parts = [self._shared_prefix_loss(group, n) for group, n in shared]
+        if rest:
+            parts.append(self._padded_loss(rest))
+        loss = parts[0][0]
+        for extra, _ in parts[1:]:
+            loss = loss + extra
+        return loss, sum(n for _, n in parts)
+
+    def _prefix_groups(self, batch: Sequence[SFTExample]) -> tuple[list[tuple[list[SFTExample], int]], list[SFTExample]]:
+        """Groups of >= 2 examples that share a prefix worth sharing (with its length), and the others.
+
+        Examples whose frozen output is already cached take the padded path: it skips the frozen stack.
+        """
+        if self.share_prefix <= 0 or len(batch) < 2:
+            return [], list(batch)
+        by_head: dict[tuple[int, ...], list[SFTExample]] = {}
+        rest: list[SFTExample] = []
+        for ex in batch:
+            if len(ex) <= self.share_prefix or (self.cache_frozen and ex.key in self._cache):
+                rest.append(ex)
+            else:
+                by_head.setdefault(ex.token_ids[: self.share_prefix], []).append(ex)
+        shared = []
+        for group in by_head.values():
+            n = min(_common_prefix(group), min(len(ex) for ex in group) - 1)  # every example keeps a suffix
+            if len(group) >= 2 and n >= self.share_prefix:
+                shared.append((group, n))
+            else:
+                rest.extend(group)
+        return shared, rest
+
+    def _shared_prefix_loss(self, group: Sequence[SFTExample], n: int) -> tuple[torch.Tensor, int]:
+        """The loss of `group`, whose examples share their first `n` tokens, running those tokens once."""
+        inner = self.model.model
+        frozen, trained = inner.layers[: self.cut], inner.layers[self.cut :]
+        kv = _PrefixKV()
+
+        def stack(ids: torch.Tensor, positions: torch.Tensor, mask: Any) -> torch.Tensor:
+            with torch.no_grad():
+                hidden = inner.embed_tokens(ids) if self.cut > 0 else None
+                if hidden is not None:
+                    hidden = self._run_layers(hidden, frozen, None, positions=positions, mask=mask, kv=kv)
+            if hidden is None:
+                hidden = inner.embed_tokens(ids)
+            return inner.norm(self._run_layers(hidden, trained, None, positions=positions, mask=mask, kv=kv))
+
+        prefix = torch.tensor([group[0].token_ids[:n]])
+        positions = torch.arange(n).unsqueeze(0)
+        head = stack(prefix, positions, torch.ones((n, n), dtype=torch.bool).tril()[None, None])[0]
+        width = max(len(ex) for ex in group) - n
+        ids = torch.full((len(group), width), self.pad_id, dtype=torch.long)
+        valid = torch.zeros((len(group), width), dtype=torch.bool)
+        for i, ex in enumerate(group):
+            ids[i, : len(ex) - n] = torch.tensor(ex.token_ids[n:])
+            valid[i, : len(ex) - n] = True
+        causal = torch.ones((width, width), dtype=torch.bool).tril()
+        mask = torch.cat([torch.ones((len(group), 1, width, n), dtype=torch.bool),
+                          (causal.unsqueeze(0) & valid[:, None, :]).unsqueeze(1)], dim=-1)
+        kv.batch = len(group)
+        tail = stack(ids, (n + torch.arange(width)).unsqueeze(0), mask)
+        rows: list[int] = []
+        labels: list[int] = []
+        for i, ex in enumerate(group):
+            for t in range(1, len(ex)):
+                if ex.loss_mask[t]:
+                    rows.append(t - 1 if t - 1 < n else n + i * width + (t - 1 - n))
+                    labels.append(ex.token_ids[t])
+        hidden = torch.cat([head, tail.reshape(len(group) * width, -1)])[torch.tensor(rows, dtype=torch.long)]
+        logits = self.model.lm_head(hidden)
+        loss = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(labels, dtype=torch.long), reduction="sum")
+        return loss, len(labels)
+
+    def _padded_loss(self, batch: Sequence[SFTExample]) -> tuple[torch.Tensor, int]:
         width = max(len(ex) for ex in batch)
         ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         trained = torch.zeros((len(batch), width), dtype=torch.bool)
@@ -136,6 +221,39 @@ class SFTModel:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+
+
+def _common_prefix(group: Sequence[SFTExample]) -> int:
+    first = group[0].token_ids
+    n = len(first)
+    for ex in group[1:]:
+        k = 0
+        for a, b in zip(first[:n], ex.token_ids):
+            if a != b:
+                break
+            k += 1
+        n = k
+    return n
+
+
+class _PrefixKV:
+    """Keys and values of a shared prefix, duck-typed as a transformers cache for the decoder layers.
+
+    On the prefix pass (``batch`` unset) it keeps each layer's keys and values; on the suffix pass it
+    returns them broadcast over the batch, ahead of the suffix's own. Gradients flow through both.
+    """
+
+    def __init__(self) -> None:
+        self.batch: int | None = None
+        self._kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.batch is None:
+            self._kv[layer_idx] = (keys, values)
+            return keys, values
+        pk, pv = self._kv[layer_idx]
+        b = keys.shape[0]
+        return torch.cat([pk.expand(b, -1, -1, -1), keys], dim=2), torch.cat([pv.expand(b, -1, -1, -1), values], dim=2)
 
 
 def save_hf_checkpoint(model: Any, tokenizer_dir: str | Path, out: str | Path, *, info: dict[str, Any] | None = None) -> Path:

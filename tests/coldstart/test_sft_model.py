@@ -59,3 +59,40 @@ def test_frozen_layers_get_no_gradient_and_trained_ones_do(model_dir, batch):
     assert all(p.grad is not None for p in layers[-1].parameters())
     assert m.model.model.embed_tokens.weight.grad is None
     assert m.num_trainable() == sum(p.numel() for layer in layers[-3:] for p in layer.parameters()) + m.model.model.norm.weight.numel()
+
+
+@pytest.mark.parametrize("train_layers", [0, 4])
+def test_shared_prefix_gives_the_same_loss_and_gradients_as_whole_examples(model_dir, chat, train_layers):
+    """Running a common system prompt once for several examples changes the cost, not the math."""
+    import torch
+
+    from matpo_graph.train.sft_model import SFTModel
+
+    system = "<|im_start|>system\nYou look facts up on the web and answer in one short line.<|im_end|>\n"
+    texts = ["<|im_start|>user\nWho wrote X?<|im_end|>\n<|im_start|>assistant\nOrla Venn.<|im_end|>",
+             "<|im_start|>user\nWhere is Rook Press based?<|im_end|>\n<|im_start|>assistant\nIn Tarnholm.<|im_end|>",
+             "<|im_start|>user\nWhen?<|im_end|>\n<|im_start|>assistant\nIn 1790, I think.<|im_end|>"]
+    prompt = chat.encode(system)
+    batch = []
+    for i, text in enumerate(texts):
+        ids = chat.encode(system + text)
+        assert ids[: len(prompt)] == prompt
+        batch.append(example(f"e{i}", ids, len(ids) - 5))
+    batch.append(example("other", chat.encode("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>"), 8))
+    batch.append(example("last-token", batch[0].token_ids[: len(prompt) + 3], len(prompt) + 2))  # a prefix of e0
+
+    def run(share_prefix):
+        m = SFTModel(model_dir, train_layers=train_layers, share_prefix=share_prefix, cache_frozen=False)
+        m.model.eval()
+        shared, rest = m._prefix_groups(batch)
+        loss, n = m.loss_sum(batch)
+        loss.backward()
+        return float(loss.detach()), n, [p.grad.clone() for p in m.trainable], shared, rest
+
+    whole, n_whole, g_whole, none, _ = run(0)
+    shared_loss, n_shared, g_shared, groups, rest = run(8)
+    assert none == [] and len(groups) == 1 and len(groups[0][0]) == 4 and [e.key for e in rest] == ["other"]
+    assert n_shared == n_whole == sum(ex.trained_tokens for ex in batch)
+    assert shared_loss == pytest.approx(whole, rel=1e-4)
+    for a, b in zip(g_shared, g_whole):
+        assert float((a - b).norm()) <= 1e-3 * float(b.norm())
