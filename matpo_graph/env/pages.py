@@ -8,19 +8,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from matpo_graph.env.relations import RELATIONS
+from matpo_graph.env.relations import INFOBOX_LABELS, RELATIONS
 
 if TYPE_CHECKING:
     from matpo_graph.env.world import Entity, World
 
 __all__ = ["Page", "build_pages", "render_html"]
 
-_LABELS = {
-    "written_by": "Author", "published_by": "Publisher", "born_in": "Born in", "works_for": "Employer",
-    "founded_by": "Founder", "headquartered_in": "Headquarters", "located_in": "Country", "capital": "Capital",
-    "mayor": "Mayor", "birth_year": "Born", "occupation": "Occupation", "founded_year": "Founded",
-    "settled_year": "First settled", "publication_year": "Published", "genre": "Genre", "currency": "Currency",
-}
 # How a page mentions facts pointing AT its entity: {n} is the page's entity, {x} a list of subjects.
 _INVERSE = {
     "written_by": "Among the works of {n} is {x}.",
@@ -101,7 +95,7 @@ def _page(world: "World", e: "Entity", rng: random.Random, inverse: dict[int, di
         rel = RELATIONS[rel_name]
         value = world.fact_text(e, rel_name)
         target = ents[int(e.facts[rel_name])].slug if rel.target else None
-        page.infobox.append((_LABELS[rel_name], value, target))
+        page.infobox.append((INFOBOX_LABELS[rel_name], value, target))
         if rel_name != _SKIP_IN_PROSE.get(e.kind):
             facts.append(rng.choice(rel.sentences).format(s=e.name, o=value, a=_article(value)))
         if target:

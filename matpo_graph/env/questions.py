@@ -11,7 +11,7 @@ import random
 from typing import TYPE_CHECKING
 
 from matpo_graph.data.qa import QAItem
-from matpo_graph.env.relations import Relation, relations_from
+from matpo_graph.env.relations import INFOBOX_LABELS, Relation, relations_from
 
 if TYPE_CHECKING:
     from matpo_graph.env.world import Entity, World
@@ -51,6 +51,7 @@ def _item(world: "World", rng: random.Random, entities: list["Entity"], relation
             "question_resolved": rel.questions[0].format(s=subject.name),
             "answer": answer,
             "relation": rel.name,
+            "field": INFOBOX_LABELS[rel.name],
             "support_page": f"/page/{subject.slug}",
         })
     last_rel, last_subject = relations[-1], entities[len(relations) - 1]

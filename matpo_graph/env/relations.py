@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["KINDS", "RELATIONS", "Relation", "relations_from"]
+__all__ = ["INFOBOX_LABELS", "KINDS", "RELATIONS", "Relation", "relations_from"]
 
 KINDS: tuple[str, ...] = ("person", "city", "country", "organisation", "work")
 
@@ -101,6 +101,15 @@ RELATIONS: dict[str, Relation] = {r.name: r for r in (
              ("the currency of {s}",),
              ("The currency of {s} is the {o}.", "People in {s} pay with the {o}.", "{s} uses the {o} as its money.")),
 )}
+
+
+INFOBOX_LABELS: dict[str, str] = {
+    "written_by": "Author", "published_by": "Publisher", "born_in": "Born in", "works_for": "Employer",
+    "founded_by": "Founder", "headquartered_in": "Headquarters", "located_in": "Country", "capital": "Capital",
+    "mayor": "Mayor", "birth_year": "Born", "occupation": "Occupation", "founded_year": "Founded",
+    "settled_year": "First settled", "publication_year": "Published", "genre": "Genre", "currency": "Currency",
+}
+"""The infobox row label under which a page lists each relation (a question's decomposition names it too)."""
 
 
 def relations_from(kind: str, *, entity_only: bool = False) -> list[Relation]:

@@ -46,6 +46,7 @@ class Step:
     deps: tuple[int, ...] = ()
     support: str | None = None  # path of the page that states the answer, when the data says
     raw: str = ""  # the lookup as the decomposition writes it ('#k' kept), for the planner's stated plan
+    field: str | None = None  # the infobox row label that states the answer, when the data says
 
 
 def steps_of(item: QAItem) -> list[Step]:
@@ -58,7 +59,7 @@ def steps_of(item: QAItem) -> list[Step]:
         step = (item.decomposition or [{}])[0]
         support = step.get("support_page") or step.get("evidence_url")
         answer = str(step.get("answer", item.answers[0]))
-        return [Step(1, item.question, answer, (), str(support) if support else None, item.question)]
+        return [Step(1, item.question, answer, (), str(support) if support else None, item.question, _field(step))]
     answers = {i: str(s["answer"]) for i, s in enumerate(item.decomposition, 1)}
     steps = []
     for i, s in enumerate(item.decomposition, 1):
@@ -67,8 +68,13 @@ def steps_of(item: QAItem) -> list[Step]:
         deps |= {int(d) + 1 for d in s.get("depends_on") or [] if isinstance(d, int) and 0 <= d < i - 1}
         text = str(s.get("question_resolved") or _REF.sub(lambda m: answers.get(int(m.group(1)), m.group(0)), raw))
         support = s.get("support_page") or s.get("evidence_url")
-        steps.append(Step(i, text, answers[i], tuple(sorted(deps)), str(support) if support else None, raw))
+        steps.append(Step(i, text, answers[i], tuple(sorted(deps)), str(support) if support else None, raw, _field(s)))
     return steps
+
+
+def _field(step: dict[str, Any]) -> str | None:
+    label = step.get("field")
+    return str(label).strip() or None if label else None
 
 
 def _norm(text: str) -> str:
@@ -81,21 +87,26 @@ def _holds(text: str, answer: str) -> bool:
     return bool(gold) and f" {gold} " in _norm(text)
 
 
-def _sentence_with(text: str, answer: str, subject: str) -> str | None:
+def _sentence_with(text: str, answer: str, subject: str, field: str | None = None) -> str | None:
     """The line of `text` that states `answer`, as the demonstration quotes it.
 
-    A table row whose value is exactly the answer ('Employer | Rook Press') is preferred: its label names
-    the relation in one word, which a small model maps to the question far more easily than it picks one
-    of many prose sentences about the same subject. Otherwise the sentence stating the answer that
-    names most of the lookup's subject.
+    A table row whose value is exactly the answer ('Employer | Rook Press') is preferred, quoted as the
+    page writes it: its label names the relation in one word, which a small model maps to the question
+    far more easily than it picks one of many prose sentences about the same subject, and an exact
+    quote is a copy. The row labelled `field` wins when the data names it. Otherwise the sentence
+    stating the answer that names most of the lookup's subject.
     """
     gold = normalize_answer(answer)
     words = set(normalize_answer(_keywords(subject)).split())
     best: tuple[int, int, str] | None = None
+    rows = []
     for line in text.splitlines():
         label, sep, value = line.partition("|")
         if sep and label.strip() and normalize_answer(value) == gold:
-            return f"{' '.join(label.split())}: {' '.join(value.split())}"
+            rows.append((" ".join(label.split()), " ".join(value.split())))
+    if rows:
+        label, value = next((r for r in rows if field and r[0].lower() == field.lower()), rows[0])
+        return f"{label} | {value}"
     for sentence in _SENTENCE.split(text):
         sentence = " ".join(sentence.replace("|", ":").split()).strip(" -")
         if sentence and _holds(sentence, answer):
@@ -266,7 +277,7 @@ class ExpertPolicy:
                     url = str(args.get(s.scrape_arg or "url", ""))
                     scraped.add(url)
                     step = steps[pos]
-                    sentence = _sentence_with(result, step.answer, step.question) if _holds(result, step.answer) else None
+                    sentence = _sentence_with(result, step.answer, step.question, step.field) if _holds(result, step.answer) else None
                     if sentence is not None:
                         found[step.index] = (sentence, url)
                         fresh = step if n == len(turns) - 1 else None
@@ -290,6 +301,8 @@ class ExpertPolicy:
         lead = "Let me search." if searches == 0 else "Let me search again with other words."
         if len(steps) > 1 and searches == 0:
             lead = f"Now: {step.question}" if pos else f"First: {step.question}"
+        if step.field and searches == 0:
+            lead = f"{lead} Field to find: {step.field}." if len(steps) > 1 else f"Field to find: {step.field}. {lead}"
         return f"{note} {lead}".strip() + "\n" + format_tool_call(s.search or "", {s.search_arg or "query": query}, self.fmt)
 
     @staticmethod
@@ -337,16 +350,21 @@ class ExpertPolicy:
 
 
 def _plan_text(steps: Sequence[Step]) -> str:
-    """The root's first words: how many lookups the question needs, then (if more than one) the list.
+    """The root's first words: the row labels it needs (when known), how many lookups, then the list.
 
-    The count is stated once, up front, in words that differ from the first token on ("This needs one
-    lookup." against "This needs 2 lookups:"), so every later turn can read whether a lookup is left
-    from its own opening instead of re-deciding it; a small model otherwise keeps delegating after a
-    one-lookup question is already answered.
+    Naming the labels first, innermost relation first ("Fields to find: Country, then Capital."), turns
+    the question's structure into a few word-for-word choices a small model learns like any mapping
+    (each relation phrase has its label), instead of one bare structural guess; the count then only
+    counts what was just named. The count is stated up front in words that differ from the first token
+    on ("This needs one lookup." against "This needs 2 lookups:"), so every later turn can read whether
+    a lookup is left from its own opening instead of re-deciding it; a small model otherwise keeps
+    delegating after a one-lookup question is already answered.
     """
+    fields = [st.field for st in steps]
+    lead = f"Fields to find: {', then '.join(fields)}. " if all(fields) else ""  # type: ignore[arg-type]
     if len(steps) == 1:
-        return "This needs one lookup."
-    return f"This needs {len(steps)} lookups:\n" + "\n".join(f"{st.index}. {st.raw or st.question}" for st in steps)
+        return f"{lead}This needs one lookup."
+    return f"{lead}This needs {len(steps)} lookups:\n" + "\n".join(f"{st.index}. {st.raw or st.question}" for st in steps)
 
 
 def _keywords(question: str) -> str:

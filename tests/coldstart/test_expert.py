@@ -160,8 +160,33 @@ def test_expert_root_states_the_lookup_count_first_and_closes_on_it(chat, web):
     two = next(q for q in web.world.questions["train"] if q.metadata.get("hops") == 2)
     trees = demos(program, plan, [one, two], chat, web).trees
     first = {t.question: [turn.text for turn in t.root.turns] for t in trees}
-    assert first[one.question][0].startswith("This needs one lookup.\n<tool_call>")
+    fields = [step["field"] for step in two.decomposition]
+    assert first[one.question][0].startswith(f"Fields to find: {one.decomposition[0]['field']}. This needs one lookup.\n<tool_call>")
     assert first[one.question][-1].startswith("The helper found: ") and "That was the only lookup." in first[one.question][-1]
-    assert first[two.question][0].startswith("This needs 2 lookups:\n1. ")
+    assert first[two.question][0].startswith(f"Fields to find: {fields[0]}, then {fields[1]}. This needs 2 lookups:\n1. ")
     assert "Next: lookup 2 of 2." in first[two.question][1]
     assert "All 2 lookups are done." in first[two.question][-1]
+
+
+def test_expert_browser_names_the_row_it_needs_then_quotes_that_row(chat, web):
+    """The helper's first words name the infobox label of its lookup; its reading turn quotes that row verbatim."""
+    program, plan = load("deep_search")
+    items = [q for q in web.world.questions["train"] if q.metadata.get("hops") == 2][:3]
+    trees = demos(program, plan, items, chat, web).trees
+    assert len(trees) == 3
+    for tree, item in zip(trees, items):
+        browsers = [t for t in tree.trajectories if t.role == "browser"]
+        assert len(browsers) == len(item.decomposition)
+        for traj, step in zip(browsers, item.decomposition):
+            field = step["field"]
+            assert traj.turns[0].text.startswith(f"Field to find: {field}. Let me search.")
+            quote = f'The page says: "{field} | {step["answer"]}"'
+            assert any(turn.text.startswith(quote) for turn in traj.turns), [turn.text for turn in traj.turns]
+
+
+def test_steps_of_keeps_the_field_label_when_the_data_names_it():
+    item = QAItem(id="q", question="Who employed Ann Lee?", answers=["Rook Press"], decomposition=[
+        {"question": "Which organisation did Ann Lee work for?", "answer": "Rook Press", "field": "Employer"},
+    ])
+    assert [s.field for s in steps_of(item)] == ["Employer"]
+    assert [s.field for s in steps_of(QAItem(id="p", question="Who wrote X?", answers=["Ann Lee"]))] == [None]
