@@ -35,7 +35,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     from matpo_graph.train.config import TrainConfig
     warm = TrainConfig()  # the warm-up the trainer runs by default
     p.add_argument("--demos", type=int, default=warm.sft_demos)
-    p.add_argument("--drills", type=int, default=warm.sft_drills, help="opening drills (root first turns only)")
+    p.add_argument("--drills", type=int, default=warm.sft_drills, help="opening drills (first turns of every trajectory only)")
     p.add_argument("--epochs", type=int, default=warm.sft_epochs)
     p.add_argument("--lr", type=float, default=warm.sft_lr)
     p.add_argument("--train-layers", type=int, default=warm.train_layers)

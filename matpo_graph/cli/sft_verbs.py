@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("--out", type=Path, required=True, help="run folder for demos, metrics and the checkpoint")
     s.add_argument("--demos", type=int, default=WARMUP_DEMOS, help=f"demonstrations to train on (default {WARMUP_DEMOS})")
     s.add_argument("--drills", type=int, default=WARMUP_DRILLS,
-                   help=f"further demonstrations of which only the root's first turn is trained (default {WARMUP_DRILLS})")
+                   help=f"further demonstrations of which only each trajectory's first turn is trained (default {WARMUP_DRILLS})")
     s.add_argument("--epochs", type=int, default=WARMUP_EPOCHS, help=f"passes over the demonstrations (default {WARMUP_EPOCHS})")
     s.add_argument("--lr", type=float, default=WARMUP_LR, help=f"peak AdamW learning rate (default {WARMUP_LR:g})")
     s.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name or HF model folder")

@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # The default warm-up, shared by `train`, `sft` and the cold-start benchmark. One pass over 40
 # demonstrations generalised better than two over 20 at about the same cost (scripts/bench_coldstart.py).
 WARMUP_DEMOS = 40
-# Extra demonstrations of which only the root's first turn (the decomposition) is trained: cheap, and
-# what moves the planner's lookup count off a coin flip.
-WARMUP_DRILLS = 160
+# Extra demonstrations of which only each trajectory's first turn is trained: the planner's named
+# fields and decomposition, each helper's field to find. Cheap, and what teaches those choices.
+WARMUP_DRILLS = 80
 WARMUP_EPOCHS = 1
 WARMUP_LR = 3e-4
 
@@ -69,7 +69,7 @@ class TrainConfig(BaseModel):
     sft_demos: int = Field(default=WARMUP_DEMOS, ge=1, description="Expert demonstrations for the warm-up.")
     sft_drills: int = Field(
         default=WARMUP_DRILLS, ge=0,
-        description="Further demonstrations of which only the root's first turn (its decomposition) is trained.",
+        description="Further demonstrations of which only each trajectory's first turn (decomposition, field to find) is trained.",
     )
     sft_epochs: int = Field(default=WARMUP_EPOCHS, ge=1, description="Epochs of the warm-up.")
     sft_lr: float = Field(default=WARMUP_LR, gt=0.0, description="Learning rate of the warm-up.")

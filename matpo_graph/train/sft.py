@@ -6,8 +6,7 @@ sees all-zero rewards and no GRPO signal. A short supervised pass on full-reward
 and answer formats; the RL trainer then starts from the checkpoint written here.
 
 Outputs under ``out_dir``: ``demos.jsonl`` (the demonstrations), ``drills.jsonl`` (the trees whose
-root openings were drilled), ``metrics_sft.jsonl`` (one row per
-optimizer step, one per epoch, and a final summary) and ``model/`` (a complete HF model folder).
+trajectories' first turns were drilled), ``metrics_sft.jsonl`` (one row per optimizer step, one per epoch, and a final summary) and ``model/`` (a complete HF model folder).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -92,10 +91,10 @@ def _mean_loss(model: Any, examples: Sequence[Any], micro_batch_tokens: int) -> 
 
 def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: str | Path,
               settings: SFTSettings | None = None, progress: bool = True,
-              openings: Sequence[RolloutTree] = ()) -> Path:
-    """Train on the trajectories of `trees` (and the root openings of `openings`, see
-    :func:`~matpo_graph.train.sft_data.opening_examples`) and write the checkpoint ``out_dir/model``;
-    returns its path.
+              openings: Sequence[RolloutTree] = (), whole_roles: Collection[str] = ()) -> Path:
+    """Train on the trajectories of `trees` (and the first turns of the trajectories of `openings`, all
+    turns for roles in `whole_roles`, see :func:`~matpo_graph.train.sft_data.opening_examples`) and write
+    the checkpoint ``out_dir/model``; returns its path.
 
     Raises:
         ValueError: no trajectory with generated tokens in `trees`.
@@ -108,7 +107,8 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
     s = settings or SFTSettings()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    examples = examples_from_trees(trees) + opening_examples(openings)
+    drills = opening_examples(openings, whole_roles=whole_roles)
+    examples = examples_from_trees(trees) + drills
     if not examples:
         raise ValueError("no demonstration has generated tokens to learn from")
     torch.manual_seed(s.seed)
@@ -128,7 +128,7 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
 
     roles = sorted({ex.role for ex in examples})
     summary: dict[str, Any] = {
-        "kind": "summary", "demonstrations": len(trees), "opening_drills": len(openings), "examples": len(examples), "roles": roles,
+        "kind": "summary", "demonstrations": len(trees), "opening_drills": len(openings), "drill_examples": len(drills), "examples": len(examples), "roles": roles,
         "tokens": sum(len(ex) for ex in examples), "trained_tokens": sum(ex.trained_tokens for ex in examples),
         "trainable_parameters": model.num_trainable(), "settings": s.as_dict(), "precision": "bf16" if bf16 else "fp32",
     }
@@ -241,7 +241,8 @@ def run_sft(
         model_dir: the HF model folder to start from.
         out_dir: where demos, metrics and the checkpoint go.
         demos: demonstrations to train on (trees with full reward; fewer if the expert fails often).
-        drills: further demonstrations of which only the root's first turn is trained (opening drills);
+        drills: further demonstrations of which only each trajectory's first turn is trained (opening drills;
+            delegating roles, whose context is reports only, are trained on all their turns);
             ignored when `trees` is given.
         epochs, lr, seed: optimisation; further :class:`SFTSettings` fields by keyword.
         env_seed, env_entities, max_hops: the embedded world and the longest question chain to use.
@@ -253,6 +254,7 @@ def run_sft(
         ValueError: no demonstration earned the full reward.
     """
     from matpo_graph.train.demos import make_demos
+    from matpo_graph.train.expert_plan import plan_expert
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -270,5 +272,6 @@ def run_sft(
     write_trees(out / "demos.jsonl", trees)
     if openings:
         write_trees(out / "drills.jsonl", openings)
-    return train_sft(trees, model_dir=model_dir, out_dir=out, openings=openings,
+    whole_roles = sorted(role for role, strategy in plan_expert(program).items() if strategy.kind == "delegate")
+    return train_sft(trees, model_dir=model_dir, out_dir=out, openings=openings, whole_roles=whole_roles,
                      settings=SFTSettings(epochs=epochs, lr=lr, seed=seed, **settings), progress=progress)

@@ -5,15 +5,18 @@ the trajectory's own token ids with its own loss mask, so prompts, few-shot exam
 child reports (mask 0) are context only and exactly the generated tokens (mask 1) are learned. Tokens
 after the last generated one teach nothing and are cut off.
 
-Opening drills are cheaper extra examples: only the root's first turn of further demonstrations. That
-turn carries the question's decomposition (how many lookups, and the first one), a choice a full
-demonstration teaches once among thousands of formatting tokens; a drill costs a sixth of one.
+Opening drills are cheaper extra examples: only the first turn of each trajectory of further
+demonstrations (all of it for roles whose context stays short, such as a planner that reads reports). The root's first turn carries the question's decomposition (the row labels it needs,
+how many lookups, the first one); a helper's first turn names what its lookup asks for (the label a
+page will state it under, when the data knows it), which its later reading turn then only has to copy.
+A full demonstration teaches each such choice once among thousands of formatting tokens; a drill costs
+a fraction of one.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from matpo_graph.core.rollout import RolloutTree
@@ -62,19 +65,28 @@ def examples_from_trees(trees: Iterable[RolloutTree], *, max_tokens: int | None 
     return out
 
 
-def opening_examples(trees: Iterable[RolloutTree]) -> list[SFTExample]:
-    """One example per tree: its root trajectory cut right after the first generated turn."""
+def opening_examples(trees: Iterable[RolloutTree], *, whole_roles: Collection[str] = ()) -> list[SFTExample]:
+    """One example per trajectory that generated anything: cut right after its first generated turn, or
+    whole (up to its last generated token) when its role is in `whole_roles`.
+
+    Each is an exact prefix of the trajectory, so it is the very context the policy saw, masks included.
+    Whole trajectories suit roles whose context stays short (a planner reads compact reports, not pages):
+    their later turns decide whether to go on, for a few more tokens.
+    """
     out: list[SFTExample] = []
     for tree in trees:
-        root = tree.root
-        start = next((i for i, m in enumerate(root.loss_mask) if m), None)
-        if start is None:
-            continue
-        end = start
-        while end < len(root.loss_mask) and root.loss_mask[end]:
-            end += 1
-        out.append(SFTExample(f"{tree.tree_id}/{root.traj_id}:opening", root.role, tuple(root.token_ids[:end]),
-                              tuple(root.loss_mask[:end])))
+        for traj in tree.trajectories:
+            start = next((i for i, m in enumerate(traj.loss_mask) if m), None)
+            if start is None:
+                continue
+            if traj.role in whole_roles:
+                end = max(i for i, m in enumerate(traj.loss_mask) if m) + 1
+            else:
+                end = start
+                while end < len(traj.loss_mask) and traj.loss_mask[end]:
+                    end += 1
+            out.append(SFTExample(f"{tree.tree_id}/{traj.traj_id}:opening", traj.role, tuple(traj.token_ids[:end]),
+                                  tuple(traj.loss_mask[:end])))
     return out
 
 
@@ -90,7 +102,8 @@ def optimizer_batches(examples: Sequence[SFTExample], *, batch_size: int, seed: 
 def micro_batches(batch: Sequence[SFTExample], *, max_tokens: int) -> list[list[SFTExample]]:
     """Split one optimizer batch into micro-batches whose padded size (rows x longest) fits `max_tokens`.
 
-    Examples are sorted by length first so that padding stays small; an example longer than
+    Examples are sorted by length first so that padding stays small (and examples of one role, alike in
+    length, tend to share a micro-batch and so their prompt; see ``SFTModel``); an example longer than
     `max_tokens` gets a micro-batch of its own.
     """
     if max_tokens < 1:

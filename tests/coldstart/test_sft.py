@@ -86,18 +86,20 @@ def test_sft_tiny_run_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, mod
     assert total / count == pytest.approx(summary["loss_after"], rel=1e-4)
 
 
-def test_opening_drills_add_one_short_example_per_tree(tmp_path, model_dir, web, chat):
+def test_opening_drills_add_one_short_example_per_trajectory(tmp_path, model_dir, web, chat):
     from matpo_graph.train.sft import train_sft
     from matpo_graph.train.sft_data import examples_from_trees
 
     program, plan = load("deep_search")
     trees = demos(program, plan, questions(web, 2, hops=1), chat, web).trees
     assert len(trees) == 2
-    train_sft(trees[:1], openings=trees[1:], model_dir=model_dir, out_dir=tmp_path, progress=False,
+    train_sft(trees[:1], openings=trees[1:], whole_roles={"planner"}, model_dir=model_dir, out_dir=tmp_path, progress=False,
               settings=SFTSettings(epochs=1, train_layers=1, batch_size=8))
     summary = [json.loads(line) for line in (tmp_path / "metrics_sft.jsonl").read_text().splitlines()][-1]
     full = len(trees[0].trajectories)
-    assert summary["opening_drills"] == 1 and summary["examples"] == full + 1
-    opening = trees[1].root
-    first_turn_end = opening.loss_mask.index(1) + opening.turns[0].num_tokens
-    assert summary["tokens"] == sum(len(e) for e in examples_from_trees(trees[:1])) + first_turn_end
+    drilled = trees[1].trajectories
+    assert summary["opening_drills"] == 1 and summary["drill_examples"] == len(drilled) >= 2
+    assert summary["examples"] == full + len(drilled)
+    first_turn_ends = [t.loss_mask.index(1) + t.turns[0].num_tokens for t in drilled if t.role != "planner"]
+    first_turn_ends.append(max(i for i, m in enumerate(trees[1].root.loss_mask) if m) + 1)  # planner: every turn
+    assert summary["tokens"] == sum(len(e) for e in examples_from_trees(trees[:1])) + sum(first_turn_ends)

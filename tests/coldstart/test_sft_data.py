@@ -29,18 +29,22 @@ def test_examples_from_trees_keeps_masks_and_cuts_the_untrained_tail():
     assert examples_from_trees([tree], max_tokens=5) == [out[1]]
 
 
-def test_opening_examples_train_only_the_roots_first_turn():
+def test_opening_examples_train_each_trajectorys_first_turn_or_all_of_it():
     tree = RolloutTree(tree_id="t", group_id="g", question="q", trajectories=[
         traj("0", None, [0, 0, 1, 1, 0, 0, 1, 0], role="planner"),
-        traj("0.1", "0", [0, 1, 1]),
+        traj("0.1", "0", [0, 0, 0, 1, 1, 1, 0, 1]),
+        traj("0.2", "0", [0, 0]),  # generated nothing: no example
     ])
     silent = RolloutTree(tree_id="s", group_id="g", question="q", trajectories=[traj("0", None, [0, 0], role="planner")])
     out = opening_examples([tree, silent])
-    assert [(e.key, e.role) for e in out] == [("t/0:opening", "planner")]
+    assert [(e.key, e.role) for e in out] == [("t/0:opening", "planner"), ("t/0.1:opening", "worker")]
     assert out[0].loss_mask == (0, 0, 1, 1) and out[0].token_ids == (100, 101, 102, 103)
-    # a prefix of the full example: the same context the policy saw, nothing invented
-    full = examples_from_trees([tree])[0]
-    assert full.token_ids[: len(out[0])] == out[0].token_ids
+    assert out[1].loss_mask == (0, 0, 0, 1, 1, 1) and out[1].trained_tokens == 3
+    # each a prefix of the full example: the same context the policy saw, nothing invented
+    for opening, full in zip(out, examples_from_trees([tree])):
+        assert full.token_ids[: len(opening)] == opening.token_ids and full.loss_mask[: len(opening)] == opening.loss_mask
+    whole = opening_examples([tree, silent], whole_roles={"planner"})
+    assert whole[0].loss_mask == (0, 0, 1, 1, 0, 0, 1) and whole[1] == out[1]  # the planner's every turn
 
 
 def ex(key, n):
