@@ -49,8 +49,8 @@ class SFTSettings:
     """Matmuls of the training passes in bfloat16 (autocast; weights, optimizer and loss stay float32) or
     float32. auto picks bf16 where the CPU has native bfloat16 instructions (about twice as fast there)."""
     eval_loss: bool = False
-    """Also measure the mean loss over all demonstrations before and after training (costs two forward passes
-    of the trained layers; the frozen layers' output is cached by then)."""
+    """Also measure the mean loss over all demonstrations before and after training (costs two float32
+    forward passes over them)."""
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -82,10 +82,15 @@ def _mean_loss(model: Any, examples: Sequence[Any], micro_batch_tokens: int) -> 
     from matpo_graph.train.sft_data import micro_batches
 
     total, count = 0.0, 0
-    with torch.no_grad():
-        for micro in micro_batches(examples, max_tokens=micro_batch_tokens):
-            loss, n = model.loss_sum(micro)
-            total, count = total + float(loss), count + n
+    # float32 throughout: the frozen layers' cache may hold outputs of a bf16 training pass
+    cached, model.cache_frozen = model.cache_frozen, False
+    try:
+        with torch.no_grad():
+            for micro in micro_batches(examples, max_tokens=micro_batch_tokens):
+                loss, n = model.loss_sum(micro)
+                total, count = total + float(loss), count + n
+    finally:
+        model.cache_frozen = cached
     return total / max(1, count)
 
 
