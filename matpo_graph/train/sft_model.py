@@ -164,12 +164,8 @@ class SFTModel:
         kv = _PrefixKV()
 
         def stack(ids: torch.Tensor, positions: torch.Tensor, mask: Any) -> torch.Tensor:
-            with torch.no_grad():
-                hidden = inner.embed_tokens(ids) if self.cut > 0 else None
-                if hidden is not None:
-                    hidden = self._run_layers(hidden, frozen, None, positions=positions, mask=mask, kv=kv)
-            if hidden is None:
-                hidden = inner.embed_tokens(ids)
+            with torch.set_grad_enabled(self.cut == 0):  # as in the padded path: no gradient below the cut
+                hidden = self._run_layers(inner.embed_tokens(ids), frozen, None, positions=positions, mask=mask, kv=kv)
             return inner.norm(self._run_layers(hidden, trained, None, positions=positions, mask=mask, kv=kv))
 
         prefix = torch.tensor([group[0].token_ids[:n]])
