@@ -73,8 +73,9 @@ def steps_of(item: QAItem) -> list[Step]:
 
 
 def _field(step: dict[str, Any]) -> str | None:
-    label = step.get("field")
-    return str(label).strip() or None if label else None
+    """The row label a decomposition step names (embedded-web data does), else None."""
+    label = str(step.get("field") or "").strip()
+    return label or None
 
 
 def _norm(text: str) -> str:
