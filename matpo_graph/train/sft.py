@@ -277,6 +277,7 @@ def run_sft(
     write_trees(out / "demos.jsonl", trees)
     if openings:
         write_trees(out / "drills.jsonl", openings)
-    whole_roles = sorted(role for role, strategy in plan_expert(program).items() if strategy.kind == "delegate")
+    # only drills need the expert's view of the roles; ready-made trees may come from a graph it cannot play
+    whole_roles = sorted(role for role, strategy in plan_expert(program).items() if strategy.kind == "delegate") if openings else []
     return train_sft(trees, model_dir=model_dir, out_dir=out, openings=openings, whole_roles=whole_roles,
                      settings=SFTSettings(epochs=epochs, lr=lr, seed=seed, **settings), progress=progress)
