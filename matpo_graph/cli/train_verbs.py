@@ -28,8 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--warmstart", choices=["auto", "sft", "none"], help="cold start before RL (default auto: sft for the embedded model)")
     p.add_argument("--questions-per-step", type=int, help="questions per RL step (default 2)")
     p.add_argument("--group-size", type=int, help="root rollouts per question (default: the graph's credit.group_size)")
-    p.add_argument("--data", help="training QA file (JSONL/parquet); default: the embedded web's train split")
-    p.add_argument("--eval-data", help="held-out QA file; default: the embedded web's dev split")
+    p.add_argument("--data", help="training questions: QA file (JSONL/parquet), dataset folder or hf:NAME[:CONFIG][:SPLIT]; "
+                   "default: the embedded web's train split")
+    p.add_argument("--eval-data", help="held-out questions (same forms as --data); default: the embedded web's dev split")
+    p.add_argument("--columns", metavar="FIELD=COL,...",
+                   help="map the dataset's columns to question/answers/id, e.g. question=query,answers=label")
     p.add_argument("--eval-every", type=int, help="evaluate every K steps (default: at the end)")
     p.add_argument("--eval-questions", type=int, help="held-out questions per evaluation (default 4)")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every N steps (default 1)")
@@ -49,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="Greedy and sampled accuracy of RUN_DIR's latest checkpoint (or MODEL) on a QA file.")
     e.add_argument("target", help="a run folder or a model (name or HF folder)")
     e.add_argument("--graph", help="graph YAML or compiled folder (default: the run's program.json)")
-    e.add_argument("--data", help="QA file (default: the embedded web's dev split)")
+    e.add_argument("--data", help="QA file, dataset folder or hf:NAME[:CONFIG][:SPLIT] (default: the embedded web's dev split)")
+    e.add_argument("--columns", metavar="FIELD=COL,...", help="map the dataset's columns, e.g. question=query,answers=label")
     e.add_argument("--n", type=int, default=16, help="questions to evaluate")
     e.add_argument("--samples", type=int, default=2, help="sampled rollouts per question (besides the greedy one)")
     e.add_argument("--tool-cache", choices=["off", "record", "replay", "readwrite"], default="off",
@@ -70,7 +74,7 @@ _CLI_TO_CFG = {
     "group_size": "group_size", "data": "data", "eval_data": "eval_data", "eval_every": "eval_every",
     "eval_questions": "eval_questions", "checkpoint_every": "checkpoint_every", "noise": "noise", "seed": "seed",
     "lr": "lr", "lora_rank": "lora_rank", "train_layers": "train_layers", "policy": "policy",
-    "time_budget": "time_budget_minutes",
+    "time_budget": "time_budget_minutes", "columns": "data_columns",
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-__all__ = ["ADAPTERS", "AdapterName", "QADataError", "adapt", "detect", "render_answer"]
+__all__ = ["ADAPTERS", "AdapterName", "QADataError", "adapt", "detect", "ground_truth_answers", "render_answer"]
 
 AdapterName = Literal["auto", "native", "standard", "musique", "fanoutqa"]
 ADAPTERS: tuple[str, ...] = ("auto", "native", "standard", "musique", "fanoutqa")
@@ -36,6 +36,67 @@ def render_answer(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value).strip()
+
+
+# Keys under which datasets wrap their gold answers: veRL / Search-R1 write
+# `reward_model.ground_truth = {"target": [...]}`, FlashRAG-style sets `golden_answers`, others `answers`.
+WRAPPER_KEYS = ("target", "targets", "golden_answers", "answers", "answer", "ground_truth", "gold", "label")
+
+
+def ground_truth_answers(value: Any, *, where: str, field: str = "reward_model.ground_truth") -> list[str]:
+    """Gold answers out of a ground-truth value in any of the shapes datasets use.
+
+    A string or number is one answer; a list (or array) holds several answers, nested lists are flattened;
+    a dict wraps them under one of WRAPPER_KEYS (``{"target": ["Alice", "A. Smith"]}``), possibly several
+    times over, and any aliases beside them are added. Anything else cannot be read as answers, and
+    guessing would make every rollout score 0 without a word, so it is a data error naming the record.
+
+    Raises:
+        QADataError: the value holds no readable answer; the message names `where`, `field` and the value.
+    """
+    out: list[str] = []
+
+    def walk(v: Any, path: str) -> None:
+        if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):  # numpy arrays from parquet/datasets
+            v = v.tolist()
+        if v is None:
+            return
+        if isinstance(v, bool):
+            out.append("yes" if v else "no")
+        elif isinstance(v, (str, int, float)):
+            text = str(v).strip()
+            if text:
+                out.append(text)
+        elif isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                walk(x, f"{path}[{i}]")
+        elif isinstance(v, dict):
+            keys = [k for k in WRAPPER_KEYS if k in v]
+            if not keys:
+                raise QADataError(
+                    f"{where}: cannot read answers from {path}: a dict without any of the keys "
+                    f"{', '.join(WRAPPER_KEYS)} (got keys {sorted(map(str, v))}); map the right column "
+                    f"with --columns answers=COLUMN")
+            for k in keys:
+                walk(v[k], f"{path}.{k}")
+            for k in ALIAS_KEYS:
+                if k in v:
+                    walk(v[k], f"{path}.{k}")
+        else:
+            raise QADataError(f"{where}: cannot read answers from {path}: unexpected {type(v).__name__} {v!r}")
+
+    walk(value, field)
+    seen: dict[str, None] = {}
+    for a in out:
+        seen.setdefault(a, None)
+    if not seen:
+        raise QADataError(f"{where}: field {field!r} holds no answer (got {value!r})")
+    return list(seen)
+
+
+def _is_wrapper(value: Any) -> bool:
+    """A dict that wraps answers (``{"target": [...]}``), as opposed to FanOutQA's structured answers."""
+    return isinstance(value, dict) and any(k in value for k in WRAPPER_KEYS)
 
 
 def _first(rec: dict[str, Any], keys: tuple[str, ...]) -> tuple[str | None, Any]:
@@ -98,12 +159,21 @@ def _standard(rec: dict[str, Any], where: str, source: str) -> Fields:
     if not question:
         raise QADataError(f"{where}: field {q_key!r} must be a non-empty string")
     a_key, a_value = _first(rec, ANSWER_KEYS)
+    from_reward_model = False
     if a_key is None and isinstance(rec.get("reward_model"), dict) and "ground_truth" in rec["reward_model"]:
-        a_key, a_value = "reward_model", rec["reward_model"]["ground_truth"]
+        a_key, a_value, from_reward_model = "reward_model", rec["reward_model"]["ground_truth"], True
     if a_key is None:
         names = ", ".join(ANSWER_KEYS)
         raise QADataError(f"{where}: missing field 'answer' (accepted names: {names}, reward_model.ground_truth)")
-    answers = _answers(a_value)
+    if from_reward_model or _is_wrapper(a_value) or (source == "standard" and isinstance(a_value, dict)):
+        # veRL-style ground truths: unwrap, or fail naming the record (never render a dict as one answer).
+        field = "reward_model.ground_truth" if from_reward_model else a_key
+        answers = ground_truth_answers(a_value, where=where, field=field)
+    elif source != "fanoutqa" and isinstance(a_value, (list, tuple)) and any(
+            isinstance(v, (dict, list, tuple)) for v in a_value):
+        answers = ground_truth_answers(a_value, where=where, field=a_key)
+    else:
+        answers = _answers(a_value)
     alias_key, aliases = _first(rec, ALIAS_KEYS)
     if aliases is not None:
         answers += [a for a in _answers(aliases) if a not in answers]

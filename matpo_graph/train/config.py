@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The default warm-up, shared by `train`, `sft` and the cold-start benchmark. One pass over 40
 # demonstrations generalised better than two over 20 at about the same cost (scripts/bench_coldstart.py).
@@ -33,8 +33,17 @@ class TrainConfig(BaseModel):
     )
     questions_per_step: int = Field(default=2, ge=1, description="Questions per RL step; each gets group_size root rollouts.")
     group_size: int | None = Field(default=None, ge=1, description="Root rollouts per question; the graph's credit.group_size when unset.")
-    data: str | None = Field(default=None, description="QA file for training; the embedded web's train split when unset.")
-    eval_data: str | None = Field(default=None, description="QA file for evaluation; the embedded web's dev split when unset.")
+    data: str | None = Field(
+        default=None,
+        description="Training questions: a QA file (JSONL/JSON/parquet), a dataset folder (save_to_disk, parquet, "
+        "arrow), hf:NAME[:CONFIG][:SPLIT], or fanoutqa:dev; the embedded web's train split when unset.",
+    )
+    eval_data: str | None = Field(default=None, description="Held-out questions, in any form `data` takes; the embedded web's dev split when unset.")
+    data_columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Field -> column mapping for datasets with other column names, e.g. "
+        "{question: query, answers: label}; applies to data and eval_data.",
+    )
     env_seed: int = Field(default=0, description="Seed of the embedded web world.")
     env_entities: int = Field(default=400, ge=10, description="Entities in the embedded web world.")
     noise: str | None = Field(default=None, description="Noise preset of the embedded web (e.g. 'noisy'); clean when unset.")
@@ -78,6 +87,16 @@ class TrainConfig(BaseModel):
     tool_cache: Literal["off", "record", "replay", "readwrite"] = Field(default="off", description="On-disk tool response cache mode.")
     verify_sync: bool = Field(default=True, description="After each weight sync, compare engine and trainer logprobs on a fixed sequence (metric sync_max_abs_logprob_diff).")
     tool_cache_dir: str = Field(default="tool_cache", description="Folder of the tool response cache.")
+
+    @field_validator("data_columns", mode="before")
+    @classmethod
+    def _columns(cls, v: object) -> object:
+        """Accept the command line's ``question=query,answers=label`` as well as a mapping."""
+        if isinstance(v, (str, dict)):
+            from matpo_graph.data.qa import parse_columns
+
+            return parse_columns(v)
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":

@@ -58,6 +58,10 @@ def evaluate_cli(args: argparse.Namespace) -> int:
     values: dict[str, Any] = json.loads((target / "train_config.json").read_text()) if is_run else {}
     if args.data:
         values["eval_data"] = args.data
+    if getattr(args, "columns", None):
+        from matpo_graph.data.qa import parse_columns
+
+        values["data_columns"] = parse_columns(args.columns)
     values["tool_cache"] = args.tool_cache
     if args.cache_dir:
         values["tool_cache_dir"] = str(args.cache_dir)

@@ -116,7 +116,7 @@ class RolloutSession:
         if path is not None:
             from matpo_graph.data.qa import load_qa
 
-            return load_qa(path)
+            return load_qa(path, columns=self.cfg.data_columns)
         items = list(self.web.world.questions[split])
         short = [q for q in items if int(q.metadata.get("hops", 1)) <= self.cfg.max_hops]
         return short or items
