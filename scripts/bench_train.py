@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
@@ -42,17 +41,17 @@ def context_comparison(n: int, seed: int) -> dict[str, dict[str, float]]:
 
 
 def credit_share(run_dir: Path) -> dict[str, float] | None:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
+    from matpo_graph.train.report import read_rows  # shared metric names; old runs read through aliases
+
+    if not (run_dir / "metrics.jsonl").exists():
         return None
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    rows = [r for r in rows if "rollout_seconds" in r]
+    rows = [r for r in read_rows(run_dir) if "timing_s/gen" in r]
     if not rows:
         return None
     shares = []
     for r in rows:
-        total = r["rollout_seconds"] + r["credit_seconds"] + r["train_seconds"] + r.get("sync_seconds", 0.0)
-        shares.append((r["credit_seconds"] + r.get("pack_seconds", 0.0)) / total)
+        total = r["timing_s/gen"] + r["timing_s/adv"] + r["timing_s/update_actor"] + r.get("timing_s/update_weights", 0.0)
+        shares.append((r["timing_s/adv"] + r.get("matpo/timing_s/pack", 0.0)) / total)
     return {"steps": float(len(rows)), "mean_share": statistics.fmean(shares), "max_share": max(shares)}
 
 

@@ -13,7 +13,6 @@ tool noise) is trained once and reused by its noisy run, so both settings start 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -45,14 +44,16 @@ def _report(run: Path) -> None:
 
 
 def _rows(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    """Every metrics record of a run, in the shared (veRL) vocabulary; runs written before read through aliases."""
+    from matpo_graph.train.report import read_rows
+
+    return read_rows(run) if (run / "metrics.jsonl").exists() else []
 
 
 def _summary(run: Path) -> dict[str, float]:
     rows = _rows(run)
-    train = [r for r in rows if "reward_mean" in r]
-    evals = [r for r in rows if "eval/greedy/accuracy" in r]
+    train = [r for r in rows if "matpo/reward/mean" in r]
+    evals = [r for r in rows if "matpo/eval/greedy/accuracy" in r]
 
     def mean(key: str) -> float:
         vals = [float(r[key]) for r in train if key in r]
@@ -60,15 +61,15 @@ def _summary(run: Path) -> dict[str, float]:
 
     nan = float("nan")
     return {
-        "mean train reward": mean("reward_mean"),
-        "mean train accuracy": mean("accuracy"),
-        "groups with signal": mean("group_variance_share"),
-        "held-out acc. (greedy)": evals[-1]["eval/greedy/accuracy"] if evals else nan,
-        "held-out acc. (sampled)": evals[-1].get("eval/sampled/accuracy", nan) if evals else nan,
-        "tool error rate": mean("tool_error_rate"),
-        "largest context (tokens)": float(max((v for r in train for k, v in r.items() if k.startswith("max_context/")),
-                                               default=0.0)),
-        "RL seconds": sum(float(r.get("step_seconds", 0.0)) for r in train),
+        "mean train reward": mean("matpo/reward/mean"),
+        "mean train accuracy": mean("matpo/reward/accuracy"),
+        "groups with signal": mean("matpo/group_variance_share"),
+        "held-out acc. (greedy)": evals[-1]["matpo/eval/greedy/accuracy"] if evals else nan,
+        "held-out acc. (sampled)": evals[-1].get("matpo/eval/sampled/accuracy", nan) if evals else nan,
+        "tool error rate": mean("matpo/tool_error_rate"),
+        "largest context (tokens)": float(max((v for r in train for k, v in r.items()
+                                               if k.startswith("matpo/max_context/")), default=0.0)),
+        "RL seconds": sum(float(r.get("timing_s/step", 0.0)) for r in train),
     }
 
 

@@ -63,9 +63,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     e.add_argument("--policy", choices=["vllm", "hf"], default="vllm")
     e.set_defaults(func=_eval)
 
-    r = sub.add_parser("report", help="PNG plots and a markdown summary of a run",
-                       description="Write RUN_DIR/plots/*.png and RUN_DIR/report.md from RUN_DIR/metrics.jsonl.")
-    r.add_argument("run_dir", type=Path)
+    r = sub.add_parser("report", help="PNG plots and a markdown summary of a run (local or veRL)",
+                       description="Write plots/*.png and report.md from a run's metrics: a local run folder "
+                       "(metrics.jsonl), a veRL jsonl (trainer.logger=['console','file']) or a veRL console log. "
+                       "--compare overlays more runs in the same plots.")
+    r.add_argument("run_dir", type=Path, help="run folder, veRL metrics jsonl or console log")
+    r.add_argument("--compare", type=Path, nargs="+", default=[], metavar="RUN", help="more runs to overlay")
+    r.add_argument("-o", "--out", type=Path, help="output folder (default: the run folder)")
     r.set_defaults(func=_report)
 
 
@@ -140,9 +144,9 @@ def _report(args: argparse.Namespace) -> int:
     from matpo_graph.train.report import write_report
 
     try:
-        out = write_report(args.run_dir)
+        out = write_report(args.run_dir, compare=args.compare, out_dir=args.out)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {out} and {args.run_dir / 'plots'}/")
+    print(f"wrote {out} and {out.parent / 'plots'}/")
     return 0

@@ -71,7 +71,18 @@ class TrainConfig(BaseModel):
     eval_questions: int = Field(default=4, ge=0, description="Held-out questions per evaluation.")
     checkpoint_every: int = Field(default=1, ge=1, description="Write a checkpoint every N steps.")
     keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept on disk (the newest ones).")
-    rollout_samples_per_step: int = Field(default=4, ge=0, description="Rollout trees saved per step under RUN_DIR/rollouts/.")
+    rollout_samples_per_step: int | None = Field(
+        default=None, ge=0,
+        description="Rollout trees saved per step under RUN_DIR/rollouts/ (whole groups, at least this many trees); "
+        "unset saves every tree of the step, 0 none. Lower it for long runs.",
+    )
+    logger: list[str] = Field(
+        default_factory=lambda: ["console", "jsonl", "tensorboard"],
+        description="Where metrics go, several at once (as veRL's trainer.logger): console, jsonl (RUN_DIR/metrics.jsonl, "
+        "which report and show read), tensorboard (RUN_DIR/tensorboard), wandb (when installed; offline unless WANDB_MODE says otherwise).",
+    )
+    project_name: str = Field(default="matpo-graph", description="Project name for the trackers (W&B), as veRL's trainer.project_name.")
+    experiment_name: str | None = Field(default=None, description="Experiment name for the trackers; the run folder's name when unset.")
     warmstart: Literal["none", "sft", "auto"] = Field(
         default="auto", description="Cold start before RL: sft (supervised warm-up on expert demonstrations), none, or auto (sft for the embedded model)."
     )
@@ -87,6 +98,16 @@ class TrainConfig(BaseModel):
     tool_cache: Literal["off", "record", "replay", "readwrite"] = Field(default="off", description="On-disk tool response cache mode.")
     verify_sync: bool = Field(default=True, description="After each weight sync, compare engine and trainer logprobs on a fixed sequence (metric sync_max_abs_logprob_diff).")
     tool_cache_dir: str = Field(default="tool_cache", description="Folder of the tool response cache.")
+
+    @field_validator("logger", mode="before")
+    @classmethod
+    def _loggers(cls, v: object) -> object:
+        """Accept ``console,tensorboard`` and veRL's ``['console','wandb']`` as well as a list; check the names."""
+        if isinstance(v, (str, list, tuple)):
+            from matpo_graph.train.tracking import parse_loggers
+
+            return parse_loggers(v)
+        return v
 
     @field_validator("data_columns", mode="before")
     @classmethod

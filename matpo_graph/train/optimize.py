@@ -106,6 +106,7 @@ class PolicyOptimizer:
         sums: dict[str, float] = {}
         token_total = 0.0
         loss_total = 0.0
+        pg_total = 0.0  # veRL's actor/pg_loss: the policy-gradient part, summed over micro-batches
         grad_norms: list[float] = []
         for minibatch in schedule:
             self.optimizer.zero_grad(set_to_none=True)
@@ -115,6 +116,7 @@ class PolicyOptimizer:
                 out = self._micro_loss(micro)
                 out.loss.backward()
                 loss_total += float(out.loss.detach())
+                pg_total += float(out.metrics.get("matpo/loss/pg_loss", 0.0))
                 n = float(out.num_tokens)
                 token_total += n
                 for k, v in out.metrics.items():
@@ -127,6 +129,8 @@ class PolicyOptimizer:
         mean = {key: v / token_total for key, v in sums.items()} if token_total else {}
         return {
             "loss": loss_total / k,
+            "pg_loss": pg_total / k,
+            "ppo_kl": mean.get("matpo/loss/ppo_kl", 0.0),
             "clip_fraction": mean.get("matpo/loss/clip_frac", 0.0),
             "kl": mean.get("matpo/loss/approx_kl_k3", 0.0),
             "kl_ref": mean.get("matpo/loss/kl_ref", 0.0),
@@ -149,7 +153,7 @@ class PolicyOptimizer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {
-            "loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "kl_ref": 0.0, "grad_norm": 0.0,
+            "loss": 0.0, "pg_loss": 0.0, "ppo_kl": 0.0, "clip_fraction": 0.0, "kl": 0.0, "kl_ref": 0.0, "grad_norm": 0.0,
             "optimizer_steps": float(max(1, steps)), "trained_rows": float(len(batch)),
             "trained_tokens": float(batch.num_trained_tokens), "pack_seconds": pack_s, "zero_signal_step": 1.0,
         }

@@ -40,8 +40,8 @@ class RolloutSession:
         self.policy: Any = None
         self.tools: Any = None
         self.executor: Any = None
-        self._progress: Any = None
-        self._tb: Any = None
+        self.board: Any = None  # RunProgress: steps, rollouts, updates and evaluation with time left
+        self.tracker: Any = None  # Tracker: the `logger` sinks (training runs only)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -50,6 +50,10 @@ class RolloutSession:
         from matpo_graph.runtime.executor import Executor
         from matpo_graph.tools.registry import build_tools
 
+        from matpo_graph.train.progress import CountingPolicy, RunProgress
+
+        self.board = RunProgress(total_steps=self.cfg.steps if self.run_dir is not None else 0)
+        self.board.begin("starting engine and tools", total=None, unit="")
         need_web = uses_embedded_web(self.program) or self.cfg.data is None or self.cfg.eval_data is None
         if need_web:
             from matpo_graph.env.server import serve_in_thread
@@ -62,10 +66,11 @@ class RolloutSession:
             cache = ResponseCache(Path(self.cfg.tool_cache_dir), mode=self.cfg.tool_cache)
         self.tools = build_tools(self.program.tools, embedded_url=self.web.url if self.web else None, cache=cache)
         self.tokenizer = ChatTokenizer.from_pretrained(self.model_dir)
-        self.policy = self._run(self._make_policy())
+        self.policy = CountingPolicy(self._run(self._make_policy()))
         sampling = SamplingParams(temperature=self.cfg.temperature, max_tokens=512)
         self.executor = Executor(self.program, self.policy, self.tokenizer, self.tools, sampling=sampling)
-        self._open_tensorboard()
+        self._open_tracker()
+        self.board.end()
         return self
 
     async def _make_policy(self) -> Any:
@@ -81,10 +86,10 @@ class RolloutSession:
         return make_policy(self.cfg.policy, self.model_dir)
 
     def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-        if self._tb is not None:
-            self._tb.close()
+        if self.board is not None:
+            self.board.stop()
+        if self.tracker is not None:
+            self.tracker.close()
         try:
             if self.tools is not None and hasattr(self.tools, "aclose"):
                 self._run(self.tools.aclose())
@@ -124,8 +129,12 @@ class RolloutSession:
     # ------------------------------------------------------------------ rollouts
 
     def rollout_groups(self, items: list[Any], *, group_size: int, step: int, temperature: float | None = None,
-                       tag: str = "s") -> list[RolloutTree]:
-        """`group_size` root rollouts for each question, all concurrently through the shared engine."""
+                       tag: str = "s", label: str = "rollouts") -> list[RolloutTree]:
+        """`group_size` root rollouts for each question, all concurrently through the shared engine.
+
+        Trees are started exactly as ``Executor.run_group`` starts a group (tree ids ``<group>/<i>``, seeds
+        ``seed + i``), one task per tree, so the progress display counts trees as they finish.
+        """
         seed = random.Random(f"{self.cfg.seed}:{tag}:{step}").randrange(2**31)
         executor = self.executor
         if temperature is not None:
@@ -134,17 +143,32 @@ class RolloutSession:
             executor = Executor(self.program, self.policy, self.tokenizer, self.tools,
                                 sampling=SamplingParams(temperature=temperature, max_tokens=512))
 
-        async def all_groups() -> list[list[RolloutTree]]:
-            return await asyncio.gather(
-                *(
-                    executor.run_group(item.question, group_size, group_id=f"{tag}{step}-{item.id}", answers=item.answers,
-                                       seed=seed + 1000 * i, metadata={"question_id": item.id, **item.metadata})
-                    for i, item in enumerate(items)
-                )
-            )
+        if group_size < 1:
+            raise ValueError(f"group size must be >= 1, got {group_size}")
+        board, counter = self.board, self.policy
 
-        groups = self._run(all_groups())
-        return [t for g in groups for t in g]
+        def tokens() -> int | None:
+            return getattr(counter, "generated_tokens", None)
+
+        async def one(item: Any, i: int, k: int) -> RolloutTree:
+            tree = await executor.run(
+                item.question, tree_id=f"{tag}{step}-{item.id}/{k}", group_id=f"{tag}{step}-{item.id}",
+                answers=item.answers, seed=seed + 1000 * i + k, metadata={"question_id": item.id, **item.metadata})
+            if board is not None:
+                board.advance(1, tokens=tokens())
+            return tree
+
+        async def all_trees() -> list[RolloutTree]:
+            return list(await asyncio.gather(
+                *(one(item, i, k) for i, item in enumerate(items) for k in range(group_size))))
+
+        if board is not None:
+            board.begin(label, total=len(items) * group_size, unit="trees", tokens=tokens() or 0)
+        try:
+            return self._run(all_trees())
+        finally:
+            if board is not None:
+                board.end()
 
     def score(self, trees: list[RolloutTree], plan: CreditPlan) -> list[RolloutTree]:
         """Rewards for every tree (the LLM judge when the plan asks for it, degrading to a local scorer)."""
@@ -198,8 +222,10 @@ class RolloutSession:
         items = self.eval_questions()[:n]
         if not items or plan is None:
             return {}
-        greedy = self.score(self.rollout_groups(items, group_size=1, step=step, temperature=0.0, tag="eg"), plan)
-        sampled = self.score(self.rollout_groups(items, group_size=samples, step=step, tag="es"), plan)
+        greedy = self.score(self.rollout_groups(items, group_size=1, step=step, temperature=0.0, tag="eg",
+                                                label="eval greedy"), plan)
+        sampled = self.score(self.rollout_groups(items, group_size=samples, step=step, tag="es",
+                                                 label="eval sampled"), plan)
         out: dict[str, float] = {}
         for name, trees in (("greedy", greedy), ("sampled", sampled)):
             m = rollout_metrics(trees)
@@ -209,35 +235,50 @@ class RolloutSession:
 
     # ------------------------------------------------------------------ reporting
 
-    def _open_tensorboard(self) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - tensorboard is optional
+    def _open_tracker(self) -> None:
+        """The `logger` sinks of a training run; a sink left on by default whose package is missing only warns."""
+        if self.run_dir is None:
             return
-        if self.run_dir is not None:
-            self._tb = SummaryWriter(str(Path(self.run_dir) / "tensorboard"))
+        from matpo_graph.train.tracking import Tracker
 
-    def log_scalars(self, row: dict[str, Any]) -> None:
-        if self._tb is None:
-            return
-        step = int(row.get("step", 0))
-        for k, v in row.items():
-            if isinstance(v, (int, float)) and k != "step":
-                self._tb.add_scalar(k, v, step)
+        explicit = "logger" in self.cfg.model_fields_set
+        self.tracker = Tracker(
+            self.cfg.logger, run_dir=Path(self.run_dir), project=self.cfg.project_name,
+            experiment=self.cfg.experiment_name or Path(self.run_dir).name,
+            config=self.cfg.model_dump(mode="json"), echo=self.board.print if self.board else None,
+            required=explicit)
+
+    def log_metrics(self, row: dict[str, Any]) -> None:
+        """One metrics record (already in the shared vocabulary) to every `logger` sink."""
+        if self.tracker is not None:
+            self.tracker.log(row)
+
+    def phase(self, name: str) -> Any:
+        """A context manager showing a phase without counts (the actor update) with its time left."""
+        from contextlib import contextmanager
+
+        @contextmanager
+        def shown() -> Any:
+            if self.board is not None:
+                self.board.begin(name, total=None, unit="")
+            try:
+                yield
+            finally:
+                if self.board is not None:
+                    self.board.end()
+
+        return shown()
 
     def progress(self, row: dict[str, Any]) -> None:
-        """A rich progress bar with the key numbers of the latest step."""
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        """Move the RL steps bar after a step, with its key numbers (legacy or shared names)."""
+        if self.board is None:
+            return
+        from matpo_graph.train.metric_names import canonical_row
 
-        if self._progress is None:
-            self._progress = Progress(
-                TextColumn("[bold]MATPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("{task.fields[info]}"),
-            )
-            self._task = self._progress.add_task("train", total=self.cfg.steps, info="")
-            self._progress.start()
+        r = canonical_row(row)
         info = (
-            f"reward {row.get('reward_mean', 0):.3f} acc {row.get('accuracy', 0):.2f} fmt {row.get('format_score', 0):.2f} "
-            f"loss {row.get('loss', 0):+.4f} trajs {int(row.get('trajectories_root', 0))}+{int(row.get('trajectories_descendant', 0))}"
+            f"reward {r.get('matpo/reward/mean', 0):.3f} acc {r.get('matpo/reward/accuracy', 0):.2f} "
+            f"fmt {r.get('matpo/reward/format', 0):.2f} pg_loss {r.get('actor/pg_loss', r.get('matpo/loss/total', 0)):+.4f} "
+            f"trajs {int(r.get('matpo/trajectories_root', 0))}+{int(r.get('matpo/trajectories_descendant', 0))}"
         )
-        self._progress.update(self._task, completed=int(row["step"]), info=info)
+        self.board.step_done(int(row["step"]), info)

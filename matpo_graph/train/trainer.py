@@ -17,6 +17,7 @@ from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
 from matpo_graph.train.config import TrainConfig
 from matpo_graph.train.data_order import questions_for_step
+from matpo_graph.train.metric_names import canonical_row, verl_batch_metrics
 from matpo_graph.train.rollout_metrics import rollout_metrics
 from matpo_graph.train.signals import StopFlag
 
@@ -133,7 +134,8 @@ class LocalTrainer:
         credited, credit_metrics = assign_credit(trees, self.plan)
         credit_s = time.perf_counter() - t1
         t2 = time.perf_counter()
-        train_metrics = optimizer.train_step(credited)
+        with session.phase("update actor"):
+            train_metrics = optimizer.train_step(credited)
         train_s = time.perf_counter() - t2
         t3 = time.perf_counter()
         session.load_weights(optimizer.state_dict_for_engine())
@@ -157,6 +159,7 @@ class LocalTrainer:
         if sync_diff is not None:
             row["sync_max_abs_logprob_diff"] = sync_diff
         row["step_seconds"] = time.perf_counter() - t0
+        row.update(verl_batch_metrics(credited))
         self._append_metrics(row)
         self._save_samples(step + 1, credited)
         session.progress(row)
@@ -249,13 +252,19 @@ class LocalTrainer:
         (self.run_dir / "train_config.json").write_text(self.cfg.model_dump_json(indent=2))
 
     def _append_metrics(self, row: dict[str, Any]) -> None:
-        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row, sort_keys=True) + "\n")
+        """Log a record in the shared (veRL) vocabulary to the `logger` sinks; history keeps the row as built."""
+        record = canonical_row(row)
         if self._session is not None:
-            self._session.log_scalars(row)
+            self._session.log_metrics(record)
+        else:
+            with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record, sort_keys=True) + "\n")
 
     def _save_samples(self, step: int, trees: list[RolloutTree]) -> None:
         n = self.cfg.rollout_samples_per_step
+        if n is None:  # the default: every tree of the step, so the browser shows the whole step
+            write_trees(self.run_dir / "rollouts" / f"step_{step:06d}.jsonl", trees)
+            return
         if n <= 0:
             return
         # Whole groups, so the saved file shows how rewards became advantages.
