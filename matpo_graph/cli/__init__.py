@@ -45,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from matpo_graph.cli.overrides import parse_command_line
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)  # key=value items may stand anywhere on the line
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

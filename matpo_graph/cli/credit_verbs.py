@@ -180,5 +180,5 @@ def register(subparsers: Any) -> None:
         "--judge", action="store_true", help="score with the plan's LLM judge (network) instead of its local fallback"
     )
     p.add_argument("--json", action="store_true", help="print JSON rows and metrics instead of tables")
-    p.add_argument("-o", "--output", metavar="OUT.jsonl", help="write the trees with rewards and advantages")
+    p.add_argument("-o", "--out", "--output", dest="output", metavar="OUT.jsonl", help="write the trees with rewards and advantages")
     p.set_defaults(func=_cmd_credit)

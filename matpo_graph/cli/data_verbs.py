@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     t.add_argument("file", help="QA file, or embedded:SPLIT")
     t.add_argument("--graph", required=True, help="graph YAML or compiled folder (names the data source)")
-    t.add_argument("-o", "--output", required=True, type=Path, help="parquet file to write")
+    t.add_argument("-o", "--out", "--output", dest="output", required=True, type=Path, help="parquet file to write")
     t.add_argument("--limit", type=int, help="keep only the first N questions")
     t.add_argument("--env-seed", type=int, default=0, help="seed of the embedded web world (embedded:SPLIT only)")
     t.set_defaults(func=_to_parquet)

@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
 
     export = sub.add_parser("export", help="write pages, entities and question splits (JSONL) to a folder")
     _add_world_args(export)
-    export.add_argument("-o", "--out", required=True, help="output folder")
+    export.add_argument("-o", "--out", "--output", dest="out", required=True, help="output folder")
     export.add_argument("--no-pages", action="store_true", help="skip the HTML pages (questions and facts only)")
     export.set_defaults(func=_export)
 

@@ -334,7 +334,7 @@ def register(subparsers: Any) -> None:
         "The repository keeps them in schema/graph.schema.json and docs/dsl-reference.md.",
         formatter_class=fmt,
     )
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("-o", "--out", "--output", dest="output", metavar="FILE", help="write to FILE instead of stdout")
     p.add_argument("--markdown", action="store_true", help="the Markdown DSL reference instead of the JSON schema")
     p.add_argument("--check", action="store_true", help="with -o: exit 1 when FILE is not up to date, write nothing")
     p.set_defaults(func=_cmd_schema)
@@ -361,6 +361,6 @@ def register(subparsers: Any) -> None:
         formatter_class=fmt,
     )
     p.add_argument("graph", metavar="GRAPH", help="graph YAML file")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder (created if missing)")
+    p.add_argument("-o", "--out", "--output", dest="output", required=True, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--target", choices=("local", "verl"), default="local", help="local (default) or verl")
     p.set_defaults(func=_cmd_compile)

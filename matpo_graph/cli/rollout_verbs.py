@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from matpo_graph.runtime.policy import DEFAULT_TEMPERATURE
+
 __all__ = ["register"]
 
 
@@ -31,9 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--model", default=None, help="embedded model name or local HF folder (default smollm2-135m-instruct)"
     )
     p.add_argument("--seed", type=int, default=None, help="sampling seed (and the embedded web's seed)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (roles may override)")
+    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
+                   help=f"sampling temperature (default {DEFAULT_TEMPERATURE}, as in train and eval; roles may override)")
     p.add_argument("--kv-cache-gib", type=float, default=2.0, help="vLLM CPU KV cache size in GiB")
-    p.add_argument("-o", "--output", type=Path, help="write the tree here (one JSON line, readable by read_trees)")
+    p.add_argument("-o", "--out", "--output", dest="output", type=Path,
+                   help="write the tree here (one JSON line, readable by read_trees)")
     p.set_defaults(func=_rollout)
 
 

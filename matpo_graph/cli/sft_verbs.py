@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         ),
     )
     s.add_argument("graph", help="graph YAML or compiled folder")
-    s.add_argument("--out", type=Path, required=True, help="run folder for demos, metrics and the checkpoint")
+    s.add_argument("-o", "--out", "--output", dest="out", type=Path, required=True, help="run folder for demos, metrics and the checkpoint")
     s.add_argument("--demos", type=int, default=WARMUP_DEMOS, help=f"demonstrations to train on (default {WARMUP_DEMOS})")
     s.add_argument("--drills", type=int, default=WARMUP_DRILLS,
                    help=f"further demonstrations of which only each trajectory's first turn is trained (default {WARMUP_DRILLS})")
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     d.add_argument("graph", help="graph YAML or compiled folder")
     d.add_argument("-n", type=int, default=16, help="demonstrations to write (default 16)")
-    d.add_argument("-o", "--output", type=Path, required=True, help="JSONL file for the trees")
+    d.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True, help="JSONL file for the trees")
     d.add_argument("--split", choices=["train", "dev", "test"], default="train")
     d.add_argument("--all", action="store_true", help="also write trees that did not earn the full reward")
     d.add_argument("--model", default="smollm2-135m-instruct", help="model whose tokenizer the trees use")

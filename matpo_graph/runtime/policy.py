@@ -7,7 +7,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Generation", "Policy", "PolicyError", "SamplingParams", "UpdatablePolicy"]
+__all__ = ["DEFAULT_TEMPERATURE", "Generation", "Policy", "PolicyError", "SamplingParams", "UpdatablePolicy"]
+
+# The sampling temperature `rollout`, `train` and `eval` use unless told otherwise (roles may set their own):
+# 0.7 keeps a 135M model from derailing while leaving a GRPO group enough spread.
+DEFAULT_TEMPERATURE = 0.7
 
 
 class SamplingParams(BaseModel):

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from matpo_graph.runtime.policy import DEFAULT_TEMPERATURE
+
 # The default warm-up, shared by `train`, `sft` and the cold-start benchmark. One pass over 40
 # demonstrations generalised better than two over 20 at about the same cost (scripts/bench_coldstart.py).
 WARMUP_DEMOS = 40
@@ -50,7 +52,7 @@ class TrainConfig(BaseModel):
     max_hops: int = Field(default=2, ge=1, le=4, description="Longest relation chain among training questions.")
     seed: int = Field(default=0, description="Seed of data order, sampling and initialisation.")
     temperature: float = Field(
-        default=0.7, ge=0.0,
+        default=DEFAULT_TEMPERATURE, ge=0.0,
         description="Sampling temperature of rollouts. Engine and trainer both use logprobs of the tempered "
         "distribution (logits / temperature), so the PPO ratio is exact; 0.7 keeps a 135M model from derailing.",
     )
@@ -94,7 +96,11 @@ class TrainConfig(BaseModel):
     sft_epochs: int = Field(default=WARMUP_EPOCHS, ge=1, description="Epochs of the warm-up.")
     sft_lr: float = Field(default=WARMUP_LR, gt=0.0, description="Learning rate of the warm-up.")
     kv_cache_gib: int = Field(default=2, ge=1, description="vLLM CPU KV cache size (GiB).")
-    policy: str = Field(default="vllm", description="Rollout policy backend: vllm or hf.")
+    policy: str = Field(
+        default="vllm",
+        description="Rollout policy: vllm, hf, openai:URL (an OpenAI-compatible server; it does not receive the "
+        "trained weights) or scripted:FILE (tests).",
+    )
     tool_cache: Literal["off", "record", "replay", "readwrite"] = Field(default="off", description="On-disk tool response cache mode.")
     verify_sync: bool = Field(default=True, description="After each weight sync, compare engine and trainer logprobs on a fixed sequence (metric sync_max_abs_logprob_diff).")
     tool_cache_dir: str = Field(default="tool_cache", description="Folder of the tool response cache.")
@@ -108,6 +114,14 @@ class TrainConfig(BaseModel):
 
             return parse_loggers(v)
         return v
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        kind, sep, arg = v.partition(":")
+        if (kind in ("vllm", "hf") and not sep) or (kind in ("openai", "scripted") and arg):
+            return v
+        raise ValueError(f"unknown policy {v!r}: use vllm, hf, openai:URL or scripted:FILE")
 
     @field_validator("data_columns", mode="before")
     @classmethod

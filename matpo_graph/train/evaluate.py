@@ -68,7 +68,16 @@ def evaluate_cli(args: argparse.Namespace) -> int:
     elif is_run:
         values["tool_cache_dir"] = str(target / "tool_cache")
     values["policy"] = args.policy
-    cfg = TrainConfig.model_validate(values)
+    if getattr(args, "temperature", None) is not None:
+        values["temperature"] = args.temperature
+    from matpo_graph.cli.overrides import OverrideError, override_values
+
+    try:
+        values.update(override_values(getattr(args, "overrides", []) or [], known=TrainConfig.model_fields))
+        cfg = TrainConfig.model_validate(values)
+    except (OverrideError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     graph_src = Path(args.graph) if args.graph else (target if is_run else None)
     if graph_src is None:
         print("error: --graph is needed when evaluating a model rather than a run folder", file=sys.stderr)
