@@ -20,7 +20,8 @@ from matpo_graph.core.loader import load_graph
 from matpo_graph.core.program import CallableView, CreditPlan, Program, RoleProgram, TemplateSource
 from matpo_graph.core.spec import Graph, Role, TemplateRef
 from matpo_graph.core.templates import BUILTIN_TEMPLATES, resolve_template
-from matpo_graph.core.validate import Partial, load_examples, semantic_issues
+from matpo_graph.core.trust import TrustPolicy, active_trust
+from matpo_graph.core.validate import Partial, load_examples, semantic_issues, trust_issues
 
 __all__ = [
     "PROGRAM_FILE",
@@ -29,6 +30,7 @@ __all__ = [
     "GRAPH_COPY_FILE",
     "canonical_json",
     "compile_graph",
+    "compiled_trust_issues",
     "load_program",
     "normalised_graph_yaml",
     "write_compiled",
@@ -102,20 +104,37 @@ def _role_program(graph: Graph, name: str, role: Role, base_dir: Path) -> RolePr
     )
 
 
-def compile_graph(graph: Graph, base_dir: Path) -> tuple[Program, CreditPlan]:
+def compile_graph(graph: Graph, base_dir: Path, *, trust: TrustPolicy | None = None) -> tuple[Program, CreditPlan]:
     """Compile a graph whose template and example paths are relative to `base_dir`.
+
+    Args:
+        graph: a graph (normally from `load_graph`; it is checked again here).
+        base_dir: the graph file's folder.
+        trust: the user's policy for the code, secrets and endpoints the graph names (default: the
+            active one, :func:`matpo_graph.core.trust.active_trust`).
 
     Returns:
         (Program, CreditPlan). `Program.graph_sha256` hashes both compiled artefacts, so it changes
         exactly when something the run depends on changes (a template file included).
 
     Raises:
-        GraphError: the graph has semantic errors (for graphs not obtained from `load_graph`).
+        GraphError: the graph has semantic errors (for graphs not obtained from `load_graph`), or
+            compiling failed in a way the checks did not foresee (`internal-error`); never another exception.
     """
     base_dir = Path(base_dir)
-    errors = [i for i in semantic_issues(Partial.from_graph(graph), base_dir) if i.severity == "error"]
-    if errors:
-        raise GraphError(f"{graph.name} (in {base_dir.name or '.'})", errors)
+    where = f"{graph.name} (in {base_dir.name or '.'})"
+    try:
+        errors = [i for i in semantic_issues(Partial.from_graph(graph), base_dir, trust=trust) if i.severity == "error"]
+        if errors:
+            raise GraphError(where, errors)
+        return _compile(graph, base_dir)
+    except GraphError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (a verdict, never a traceback)
+        raise GraphError(where, [SpecIssue.at("internal-error", (), f"compiling failed: {type(exc).__name__}: {str(exc)[:300]}")]) from exc
+
+
+def _compile(graph: Graph, base_dir: Path) -> tuple[Program, CreditPlan]:
     roles = {name: _role_program(graph, name, role, base_dir) for name, role in graph.roles.items()}
     used = [t for t in graph.tools if any(t in r.tools for r in graph.roles.values())]
     credit, reward = graph.credit, graph.reward
@@ -173,11 +192,11 @@ def normalised_graph_yaml(graph: Graph, base_dir: Path) -> str:
     return header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
 
 
-def write_compiled(graph: Graph, base_dir: Path, out_dir: Path) -> tuple[Program, CreditPlan]:
+def write_compiled(graph: Graph, base_dir: Path, out_dir: Path, *, trust: TrustPolicy | None = None) -> tuple[Program, CreditPlan]:
     """Compile and write program.json, credit_plan.json, graph.mmd and graph.yaml into `out_dir`."""
     from matpo_graph.compilers.mermaid import to_mermaid  # noqa: PLC0415 (keeps this module's imports minimal)
 
-    program, plan = compile_graph(graph, base_dir)
+    program, plan = compile_graph(graph, base_dir, trust=trust)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
@@ -191,11 +210,15 @@ def write_compiled(graph: Graph, base_dir: Path, out_dir: Path) -> tuple[Program
     return program, plan
 
 
-def load_program(path: str | Path) -> tuple[Program, CreditPlan]:
+def load_program(path: str | Path, *, trust: TrustPolicy | None = None) -> tuple[Program, CreditPlan]:
     """Program and CreditPlan from a graph YAML file (compiled on the fly) or a compiled folder.
 
+    A compiled folder is checked against `trust` too (the code, secrets and endpoints it names),
+    since it may come from a stranger as well.
+
     Raises:
-        GraphError: the graph file is invalid, or the folder lacks program.json / credit_plan.json.
+        GraphError: the graph file is invalid, or the folder lacks program.json / credit_plan.json,
+            or names what the trust policy does not allow.
     """
     path = Path(path)
     if path.is_dir():
@@ -207,6 +230,28 @@ def load_program(path: str | Path) -> tuple[Program, CreditPlan]:
             )
         program = Program.model_validate_json((path / PROGRAM_FILE).read_text(encoding="utf-8"))
         plan = CreditPlan.model_validate_json((path / CREDIT_PLAN_FILE).read_text(encoding="utf-8"))
+        problems = compiled_trust_issues(program, plan, trust if trust is not None else active_trust())
+        if problems:
+            raise GraphError(str(path), problems)
         return program, plan
-    graph = load_graph(path)
-    return compile_graph(graph, path.parent)
+    graph = load_graph(path, trust=trust)
+    return compile_graph(graph, path.parent, trust=trust)
+
+
+def compiled_trust_issues(program: Program, plan: CreditPlan, trust: TrustPolicy) -> list[SpecIssue]:
+    """The trust checks of validation, applied to a compiled program and plan."""
+    from matpo_graph.core.spec import AccuracySpec, CreditSpec, JudgeSpec, RewardSpec, ToolSpec  # noqa: PLC0415
+
+    tools = {}
+    for name, raw in program.tools.items():
+        try:
+            tools[name] = ToolSpec.model_validate(raw)
+        except ValueError as exc:
+            return [SpecIssue.at("invalid-value", ("tools", name), f"program.json: invalid tool: {str(exc)[:200]}")]
+    judge = JudgeSpec.model_validate(plan.judge) if plan.judge else None
+    accuracy = AccuracySpec.model_construct(scorer=plan.accuracy_scorer, judge=judge)
+    partial = Partial(
+        root=program.root, roles={}, tools=tools, edges=[], limits=None, max_depth_explicit=True,
+        credit=CreditSpec.model_construct(strategy=plan.strategy), reward=RewardSpec.model_construct(accuracy=accuracy),
+    )
+    return trust_issues(partial, trust)

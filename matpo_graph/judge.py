@@ -5,11 +5,18 @@ the tree is scored by the local fallback scorer of the judge config; the breakdo
 ``judge_fallback=True`` and counted in :class:`JudgeStats`. Nothing here raises on a judge failure:
 a flaky judge must not crash a training step. The API key is read from the environment variable
 named in the config, sent only in the Authorization header, and never logged or recorded.
+
+The endpoint and the key's variable come from the graph, so the judge applies the user's trust
+policy (:mod:`matpo_graph.core.trust`): the key is sent only when the user granted that variable for
+that endpoint, over https; the endpoint passes the scrape tool's address guard (private, loopback,
+link-local and metadata addresses only when the user allowed the host), checked again on the
+connection itself. A refusal is a judge failure like any other: the tree falls back to the local scorer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -22,6 +29,8 @@ import httpx
 from matpo_graph.core.program import CreditPlan
 from matpo_graph.core.reward import LOCAL_SCORERS, final_answer, score_answer, score_tree, with_reward
 from matpo_graph.core.rollout import RewardBreakdown, RolloutTree
+from matpo_graph.core.trust import TrustPolicy, active_trust
+from matpo_graph.tools.netguard import AddressGuard, Resolver
 
 __all__ = [
     "JUDGE_SYSTEM_PROMPT",
@@ -44,6 +53,9 @@ JUDGE_SYSTEM_PROMPT = (
     "answers is acceptable.\n"
     "Think briefly if you need to, then end with exactly one line: VERDICT: CORRECT or VERDICT: INCORRECT"
 )
+
+MAX_RESPONSE_BYTES = 1_000_000
+"""Largest judge response read; a larger one is a failure (the verdict is one short line)."""
 
 _VERDICT_RE = re.compile(r"VERDICT\s*:\s*\**\s*(CORRECT|INCORRECT)\b", re.IGNORECASE)
 
@@ -129,12 +141,22 @@ class LLMJudge:
         client: httpx.AsyncClient | None = None,
         stats: JudgeStats | None = None,
         backoff_s: float = 0.5,
+        trust: TrustPolicy | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.config = config
         self.stats = stats if stats is not None else JudgeStats()
         self._client = client
         self._owns_client = client is None
         self._backoff_s = backoff_s
+        policy = trust if trust is not None else active_trust()
+        self.guard = AddressGuard(policy.allow_hosts, resolver=resolver)
+        self._refusal: str | None = None
+        if not config.endpoint.startswith(("http://", "https://")):
+            self._refusal = f"refused: the judge endpoint must be an http(s) URL, got {config.endpoint!r}"
+        elif config.api_key_env:
+            problem = policy.secret_problem(config.api_key_env, config.url)
+            self._refusal = f"refused: {problem}" if problem else None
 
     @classmethod
     def from_plan(cls, plan: CreditPlan, **kwargs: Any) -> "LLMJudge":
@@ -155,16 +177,33 @@ class LLMJudge:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=self.config.timeout_s)
+            from matpo_graph.tools.transport import make_client  # noqa: PLC0415
+
+            self._client = make_client(guard=self.guard)
         return self._client
 
     async def _attempt(self, payload: dict[str, Any], headers: dict[str, str]) -> bool:
+        problem = await self.guard.check_url(self.config.url)
+        if problem:
+            raise PermissionError(f"refused: {problem}")  # not retried: the address will not change
         try:
-            resp = await self._http().post(
-                self.config.url, json=payload, headers=headers, timeout=self.config.timeout_s
-            )
+            client = self._http()
+            request = client.build_request("POST", self.config.url, json=payload, headers=headers, timeout=self.config.timeout_s)
+            resp = await client.send(request, stream=True)
+            try:
+                body = bytearray()
+                async for chunk in resp.aiter_bytes():
+                    body.extend(chunk)
+                    if len(body) > MAX_RESPONSE_BYTES:
+                        raise RuntimeError(f"judge response larger than {MAX_RESPONSE_BYTES} bytes")
+            finally:
+                await resp.aclose()
         except httpx.TimeoutException as exc:
             raise _Retryable(f"timeout after {self.config.timeout_s}s") from exc
+        except httpx.ConnectError as exc:
+            if "refused by address guard" in str(exc):
+                raise PermissionError(str(exc)) from exc
+            raise _Retryable(f"transport error: {type(exc).__name__}") from exc
         except httpx.TransportError as exc:
             raise _Retryable(f"transport error: {type(exc).__name__}") from exc
         if resp.status_code == 429 or resp.status_code >= 500:
@@ -172,7 +211,7 @@ class LLMJudge:
         if resp.status_code >= 400:
             raise RuntimeError(f"HTTP {resp.status_code}")  # auth or request errors do not heal by retrying
         try:
-            content = resp.json()["choices"][0]["message"]["content"] or ""
+            content = json.loads(bytes(body))["choices"][0]["message"]["content"] or ""
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise _Retryable("response is not a chat completion") from exc
         verdict = parse_verdict(str(content))
@@ -183,6 +222,9 @@ class LLMJudge:
     async def judge(self, question: str, answer: str, golds: Sequence[str]) -> JudgeVerdict:
         """Ask the judge whether `answer` matches one of `golds`; never raises."""
         self.stats.calls += 1
+        if self._refusal:
+            log.warning("judge %s", self._refusal)
+            return self._failed(0, self._refusal)
         headers = {"Content-Type": "application/json"}
         if self.config.api_key_env:
             key = os.environ.get(self.config.api_key_env)

@@ -25,7 +25,7 @@ def test_depth_discounted_keeps_the_generic_invariants(case):
 @settings(max_examples=50, deadline=None)
 @given(credit_cases(GRAPH, strategy=STRATEGY))
 def test_depth_discounted_halves_the_root_scalar_per_level(case):
-    credited, _ = assign_credit(case.trees, case.plan, warn=False)
+    credited, _ = assign_credit(case.trees, case.plan, strategy=STRATEGY, warn=False)  # your own code, named here
     roots = expected_root_advantages(case.trees, case.plan)
     for tree in credited:
         for t in tree.trajectories:

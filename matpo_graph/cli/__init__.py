@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    from matpo_graph.cli.trust_options import add_trust_options  # noqa: PLC0415
+
+    add_trust_options(parser)  # every verb that reads a graph takes the same trust options
     return parser
 
 
@@ -49,11 +52,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parse_command_line(parser, argv)  # key=value items may stand anywhere on the line
+    from matpo_graph.cli.trust_options import apply_trust_options  # noqa: PLC0415
+
+    trust = apply_trust_options(args)  # what the graph may do: the user's trust options, never the graph's
+    try:
+        trust.__enter__()
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        trust.__exit__(None, None, None)
 
 
 if __name__ == "__main__":  # pragma: no cover

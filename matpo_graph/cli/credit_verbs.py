@@ -143,7 +143,7 @@ def _cmd_credit(args: argparse.Namespace) -> int:
     has_credit = any(t.advantage is not None for tree in trees for t in tree.trajectories)
     if recompute_credit or not has_credit:
         try:
-            trees, metrics = assign_credit(trees, plan, warn=False)
+            trees, metrics = assign_credit(trees, plan, warn=False, strategy=args.strategy or None)  # typed by the user
         except CreditError as exc:
             return _fail(f"error: {exc}")
     rows = _rows(trees)

@@ -11,7 +11,8 @@ Other built-in strategies: ``root_only`` (descendants are left out of the loss) 
 ``role_normalized`` (Dr. MAS: statistics per role within a group, each trajectory scored by its
 tree's root reward). A custom strategy is named ``'package.module:function'`` in ``plan.strategy``
 and has the built-ins' signature: ``fn(batch: CreditBatch) -> StrategyResult`` (or a plain mapping
-``{(tree_id, traj_id): advantage or None}``).
+``{(tree_id, traj_id): advantage or None}``). Custom code runs only when the user's trust policy
+allows it (:mod:`matpo_graph.core.trust`): a graph cannot grant that itself.
 
 Degenerate groups (all rewards equal, or a single member) carry no learning signal and get
 advantage 0, counted in the metrics and announced once by a :class:`CreditWarning`;
@@ -32,6 +33,7 @@ from typing import Literal
 
 from matpo_graph.core.program import CreditPlan
 from matpo_graph.core.rollout import RolloutTree, Trajectory
+from matpo_graph.core.trust import TrustPolicy, UntrustedCodeError, active_trust
 
 __all__ = [
     "BUILTIN_STRATEGIES",
@@ -217,11 +219,16 @@ _CUSTOM_HINT = (
 )
 
 
-def resolve_strategy(name: str) -> CreditStrategy:
+def resolve_strategy(name: str, *, trust: TrustPolicy | None = None) -> CreditStrategy:
     """A built-in strategy by name, or a custom one imported from ``'package.module:function'``.
 
+    Args:
+        name: a built-in name or a code reference.
+        trust: the user's policy; custom code is imported only when it trusts it (by default the
+            active policy, :func:`matpo_graph.core.trust.active_trust`).
+
     Raises:
-        CreditError: naming what failed (format, import, attribute, not callable) and how to fix it.
+        CreditError: naming what failed (format, trust, import, attribute, not callable) and how to fix it.
     """
     if name in BUILTIN_STRATEGIES:
         return BUILTIN_STRATEGIES[name]
@@ -229,6 +236,9 @@ def resolve_strategy(name: str) -> CreditStrategy:
     module_name, sep, attr = name.partition(":")
     if not sep or not module_name or not attr or not attr.isidentifier():
         raise CreditError(f"unknown credit strategy {name!r}: {hint}")
+    problem = (trust if trust is not None else active_trust()).code_problem(name)
+    if problem:
+        raise CreditError(f"credit strategy: {problem}") from UntrustedCodeError(problem)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -351,6 +361,7 @@ def assign_credit(
     rewards: Mapping[str, float] | None = None,
     strategy: str | CreditStrategy | None = None,
     warn: bool = True,
+    trust: TrustPolicy | None = None,
 ) -> tuple[list[RolloutTree], dict[str, float]]:
     """Set ``Trajectory.advantage`` on every trajectory of every tree.
 
@@ -358,8 +369,11 @@ def assign_credit(
         trees: the batch: every root rollout of every question of one RL step; tree ids are unique.
         plan: the credit plan (strategy, normalisation, epsilon, single-member rule, trained roles).
         rewards: tree_id -> root reward; by default each tree's ``reward.total``.
-        strategy: overrides ``plan.strategy`` (a name, ``'module:function'`` or a callable).
+        strategy: overrides ``plan.strategy`` (a name, ``'module:function'`` or a callable). A name
+            given here is the caller's own choice and runs without a trust check; ``plan.strategy``
+            (which a graph sets) runs only when `trust` allows it.
         warn: emit a :class:`CreditWarning` when some groups were degenerate.
+        trust: the policy a custom strategy named by a string is checked against (default: the active one).
 
     Returns:
         New trees, in input order, with advantages set (None: left out of the loss; roles outside
@@ -373,7 +387,10 @@ def assign_credit(
     trees = tuple(trees)
     batch = CreditBatch(trees=trees, rewards=_collect_rewards(trees, rewards), plan=plan)
     spec = plan.strategy if strategy is None else strategy
-    fn = resolve_strategy(spec) if isinstance(spec, str) else spec
+    policy = trust if trust is not None else active_trust()
+    if isinstance(strategy, str):  # named by the caller (code or command line), not by a graph: their choice
+        policy = policy.merged(TrustPolicy(trusted_code=(strategy,)))
+    fn = resolve_strategy(spec, trust=policy) if isinstance(spec, str) else spec
     name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec))
     advantages, metrics = _checked_advantages(fn(batch), batch, name)
     trained_roles = set(plan.trained_roles)

@@ -28,6 +28,9 @@ IssueCode = Literal[
     "yaml-syntax",
     "duplicate-key",
     "not-a-mapping",
+    "invalid-encoding",
+    "file-too-large",
+    "yaml-too-complex",
     # shape (pydantic)
     "unknown-key",
     "missing-key",
@@ -49,12 +52,21 @@ IssueCode = Literal[
     "template-not-found",
     "template-path-escape",
     "undefined-template-variable",
+    "template-unsupported",
+    "template-limit",
+    "template-render",
+    # what a graph may make this machine do (see matpo_graph.core.trust)
+    "untrusted-code",
+    "untrusted-secret",
+    "unsafe-endpoint",
     # schemas and examples
     "invalid-json-schema",
     "schema-not-object",
     "missing-subtask",
     "invalid-examples",
     "example-tool-call",
+    # a check failed in a way the checks did not foresee (reported, never raised)
+    "internal-error",
 ]
 
 Severity = Literal["error", "warning"]

@@ -2,6 +2,11 @@
 
 When the shape check fails, the parts that do validate (each role, tool and edge on its own) are
 still checked semantically, so one run of ``matpo-graph validate`` shows every problem of a file.
+
+Files may come from strangers: a file larger than :data:`MAX_GRAPH_BYTES` is refused before it is
+read, YAML is bounded (see :mod:`matpo_graph.core.yaml_loader`), code and secrets the graph names are
+checked against the user's :class:`~matpo_graph.core.trust.TrustPolicy`, and no check raises: a
+failure nobody foresaw comes back as an `internal-error` issue.
 """
 
 from __future__ import annotations
@@ -16,10 +21,14 @@ from pydantic import BaseModel, ValidationError
 
 from matpo_graph.core.errors import GraphError, SpecIssue, did_you_mean
 from matpo_graph.core.spec import CreditSpec, Edge, Graph, Limits, RewardSpec, Role, ToolSpec
+from matpo_graph.core.trust import TrustPolicy
 from matpo_graph.core.validate import Partial, semantic_issues
 from matpo_graph.core.yaml_loader import MarkedYaml, load_marked
 
-__all__ = ["GraphCheck", "check_graph", "check_text", "load_graph"]
+__all__ = ["MAX_GRAPH_BYTES", "GraphCheck", "check_graph", "check_text", "load_graph"]
+
+MAX_GRAPH_BYTES = 1_000_000
+"""Largest graph file read (the default graphs are about 3 kB)."""
 
 
 @dataclass
@@ -38,40 +47,82 @@ class GraphCheck:
         return GraphError(self.file, self.issues)
 
 
-def load_graph(path: str | Path) -> Graph:
+def load_graph(path: str | Path, *, trust: TrustPolicy | None = None) -> Graph:
     """Load and fully validate a graph file.
+
+    Args:
+        path: the graph file.
+        trust: what the user allows the graph's code, secrets and endpoints to do; by default
+            :func:`~matpo_graph.core.trust.active_trust`.
 
     Raises:
         GraphError: with every error of the file (warnings included), each with file, line and path.
     """
-    check = check_graph(path)
+    check = check_graph(path, trust=trust)
     if not check.ok or check.graph is None:
         raise check.error()
     return check.graph
 
 
-def check_graph(path: str | Path) -> GraphCheck:
+def check_graph(path: str | Path, *, trust: TrustPolicy | None = None) -> GraphCheck:
     """Check a graph file without raising; `file` in messages is the path as given."""
     path = Path(path)
     shown = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        size = path.stat().st_size
+        if path.is_file() and size > MAX_GRAPH_BYTES:
+            return GraphCheck(shown, None, [SpecIssue.at(
+                "file-too-large", (), f"refused: the file has {size} bytes, more than the {MAX_GRAPH_BYTES} a graph may have"
+            ).located(1, 1)])
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_GRAPH_BYTES + 1)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return GraphCheck(shown, None, [SpecIssue.at("file-not-found", (), f"no graph file at {shown}")])
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         return GraphCheck(shown, None, [SpecIssue.at("file-not-found", (), f"cannot read {shown}: {exc}")])
-    return check_text(text, base_dir=path.parent, file=shown)
+    if len(raw) > MAX_GRAPH_BYTES:  # grew while being read, or a special file
+        return GraphCheck(shown, None, [SpecIssue.at(
+            "file-too-large", (), f"refused: the file has more than the {MAX_GRAPH_BYTES} bytes a graph may have"
+        ).located(1, 1)])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line, col = before.count(b"\n") + 1, exc.start - (before.rfind(b"\n") + 1) + 1
+        issue = SpecIssue.at("invalid-encoding", (), f"the file is not UTF-8 text: byte {raw[exc.start]:#04x} cannot be decoded",
+                             "save the graph as UTF-8")
+        return GraphCheck(shown, None, [issue.located(line, col)])
+    return check_text(text, base_dir=path.parent, file=shown, trust=trust)
 
 
-def check_text(text: str, *, base_dir: Path, file: str = "<graph>") -> GraphCheck:
-    """Check graph YAML given as text; template and example files resolve against `base_dir`."""
+def check_text(text: str, *, base_dir: Path, file: str = "<graph>", trust: TrustPolicy | None = None) -> GraphCheck:
+    """Check graph YAML given as text; template and example files resolve against `base_dir`.
+
+    Never raises: an unforeseen failure of a check is reported as an `internal-error` issue.
+    """
+    if len(text) > MAX_GRAPH_BYTES:
+        return GraphCheck(file, None, [SpecIssue.at(
+            "file-too-large", (), f"refused: the graph has {len(text)} characters, more than {MAX_GRAPH_BYTES}"
+        ).located(1, 1)])
+    try:
+        return _check_text(text, base_dir=base_dir, file=file, trust=trust)
+    except (RecursionError, MemoryError) as exc:
+        issue = SpecIssue.at("yaml-too-complex", (), f"refused: checking the graph ran out of {'stack' if isinstance(exc, RecursionError) else 'memory'}")
+        return GraphCheck(file, None, [issue.located(1, 1)])
+    except Exception as exc:  # noqa: BLE001 (a verdict, never a traceback)
+        issue = SpecIssue.at("internal-error", (), f"the graph could not be checked: {type(exc).__name__}: {str(exc)[:300]}")
+        return GraphCheck(file, None, [issue.located(1, 1)])
+
+
+def _check_text(text: str, *, base_dir: Path, file: str, trust: TrustPolicy | None) -> GraphCheck:
     marked = load_marked(text)
     issues = list(marked.issues)
     if marked.data is None and issues:
         return GraphCheck(file, None, issues)
     if not isinstance(marked.data, dict):
         got = "an empty file" if marked.data is None else f"a {_yaml_type(marked.data)}"
-        issues.append(SpecIssue.at("not-a-mapping", (), f"a graph file must be a mapping with keys name, root, roles, ...; got {got}"))
+        issue = SpecIssue.at("not-a-mapping", (), f"a graph file must be a mapping with keys name, root, roles, ...; got {got}")
+        issues.append(issue.located(1, 1) if marked.data is None else issue)
         return GraphCheck(file, None, _locate(issues, marked))
     data: dict[str, Any] = marked.data
     graph: Graph | None = None
@@ -81,7 +132,7 @@ def check_text(text: str, *, base_dir: Path, file: str = "<graph>") -> GraphChec
     except ValidationError as exc:
         issues.extend(_shape_issues(exc, data))
         partial = _salvage(data)
-    issues.extend(semantic_issues(partial, base_dir))
+    issues.extend(semantic_issues(partial, base_dir, trust=trust))
     located = _locate(issues, marked)
     has_error = any(i.severity == "error" for i in located)
     return GraphCheck(file, None if has_error else graph, located)
@@ -98,8 +149,7 @@ def _locate(issues: list[SpecIssue], marked: MarkedYaml) -> list[SpecIssue]:
     for issue in issues:
         if issue.line is None:
             pos = marked.position(issue.loc, prefer_key=issue.code in _KEY_CODES)
-            if pos is not None:
-                issue = issue.located(*pos)
+            issue = issue.located(*pos) if pos is not None else issue.located(1, 1)
         out.append(issue)
     unique = list(dict.fromkeys(out))
     return sorted(unique, key=lambda i: (i.line or 0, i.col or 0, i.path, i.code))
@@ -299,6 +349,7 @@ def _salvage(data: dict[str, Any]) -> Partial:
         answer_format=reward.answer_format if reward is not None else None,
         complete=False,
         credit=credit,
+        reward=reward,
     )
 
 

@@ -3,6 +3,11 @@
 ``total = plan.accuracy_weight * acc + plan.format_weight * fmt`` (paper: 0.9 and 0.1). Accuracy
 compares the extracted answer with every gold alias and keeps the best match. Pure: the LLM judge
 lives in :mod:`matpo_graph.judge` and hands its verdict in through ``score_tree(accuracy=...)``.
+
+A custom scorer is named ``'package.module:function'`` and has veRL's signature,
+``compute_score(data_source, solution_str, ground_truth, extra_info)``, returning a number in
+[0, 1] or a dict whose ``score`` is one; the same function then serves the local trainer and veRL's
+reward module. It runs only when the user's trust policy allows it (:mod:`matpo_graph.core.trust`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ from matpo_graph.core.answer import extract_answer
 from matpo_graph.core.format_score import tree_format_score
 from matpo_graph.core.program import CreditPlan
 from matpo_graph.core.rollout import RewardBreakdown, RolloutTree
+from matpo_graph.core.trust import TrustPolicy, import_trusted, is_code_ref
 
 __all__ = [
     "LOCAL_SCORERS",
+    "ComputeScore",
+    "call_custom_scorer",
+    "resolve_scorer",
     "Scorer",
     "contains_score",
     "exact_match_score",
@@ -114,6 +123,41 @@ LOCAL_SCORERS: dict[str, Scorer] = {
 }
 
 
+ComputeScore = Callable[..., Any]
+"""veRL's ``compute_score(data_source, solution_str, ground_truth, extra_info) -> float | {"score": float, ...}``."""
+
+
+def resolve_scorer(name: str, *, trust: TrustPolicy | None = None) -> ComputeScore:
+    """Import a custom scorer 'package.module:function' when the trust policy allows it.
+
+    Raises:
+        ValueError: the name is not a code reference, the code is not trusted
+            (:class:`~matpo_graph.core.trust.UntrustedCodeError`), or it cannot be imported.
+    """
+    if not is_code_ref(name):
+        raise ValueError(f"unknown scorer {name!r}: expected one of {', '.join(LOCAL_SCORERS)}, judge, or 'module:function'")
+    try:
+        return import_trusted(name, trust=trust, what="reward scorer")
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise ValueError(f"reward scorer {name!r} cannot be loaded: {type(exc).__name__}: {exc}") from exc
+
+
+def call_custom_scorer(
+    fn: ComputeScore, name: str, *, data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any]
+) -> float:
+    """Call a veRL-style scorer and return its score as an accuracy in [0, 1].
+
+    Raises:
+        ValueError: the scorer returned something that is not a finite number in [0, 1] (or a dict with one).
+    """
+    value = fn(data_source, solution_str, ground_truth, extra_info)
+    if isinstance(value, dict):
+        value = value.get("score")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"reward scorer {name!r} must return a number in [0, 1] (or a dict with 'score'), got {value!r}")
+    return float(value)
+
+
 def score_answer(answer: str | None, golds: Sequence[str], scorer: str, *, numeric_tolerance: float = 1e-6) -> float:
     """Accuracy of one answer with a local scorer; a missing answer or no golds scores 0.
 
@@ -151,6 +195,7 @@ def score_tree(
     accuracy: float | None = None,
     judge_fallback: bool = False,
     details: dict[str, Any] | None = None,
+    trust: TrustPolicy | None = None,
 ) -> RewardBreakdown:
     """Score one tree: ``accuracy_weight * acc + format_weight * fmt``.
 
@@ -162,12 +207,25 @@ def score_tree(
             scorer is used and the breakdown is marked ``judge_fallback``.
         judge_fallback: mark the breakdown as scored by the fallback (set by the judge path).
         details: extra entries for ``RewardBreakdown.details``.
+        trust: the policy a custom scorer ('module:function') is checked against; by default the
+            active one (see :func:`matpo_graph.core.trust.active_trust`).
 
     Returns:
         The reward breakdown, with the per-trajectory format scores in ``details``.
     """
     answer = final_answer(tree, plan.answer_format)
     scorer = plan.accuracy_scorer
+    if accuracy is None and is_code_ref(scorer):
+        root = tree.root if tree.trajectories else None
+        solution = (root.final_text or (root.turns[-1].text if root.turns else "")) if root is not None else ""
+        accuracy = call_custom_scorer(
+            resolve_scorer(scorer, trust=trust),
+            scorer,
+            data_source=str(tree.metadata.get("data_source") or f"matpo_graph/{tree.graph}"),
+            solution_str=solution or "",
+            ground_truth=list(tree.answers),
+            extra_info={"question": tree.question, "answers": list(tree.answers), "answer": answer, **dict(tree.metadata)},
+        )
     if accuracy is None:
         if scorer == "judge":
             scorer, judge_fallback = fallback_scorer(plan), True

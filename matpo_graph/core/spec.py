@@ -15,6 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 __all__ = [
     "AccuracySpec",
+    "BUILTIN_SCORERS",
     "CreditSpec",
     "Edge",
     "ExampleMessage",
@@ -34,6 +35,8 @@ __all__ = [
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 _TEMPLATE_FILE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".txt", ".md")
+
+BUILTIN_SCORERS: tuple[str, ...] = ("exact_match", "f1", "contains", "numeric", "judge")
 
 DEFAULT_EDGE_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -180,10 +183,22 @@ class JudgeSpec(_Strict):
 class AccuracySpec(_Strict):
     """Accuracy of the root's final answer against the gold aliases."""
 
-    scorer: Literal["exact_match", "f1", "contains", "numeric", "judge"] = Field(default="exact_match", description="How the final answer is compared with the gold aliases.")
+    scorer: str = Field(
+        default="exact_match",
+        description="How the final answer is compared with the gold aliases: exact_match, f1, contains, numeric, judge, or a custom "
+        "'module:function' with veRL's compute_score(data_source, solution_str, ground_truth, extra_info) signature "
+        "returning a number in [0, 1] (or a dict with 'score'); custom code runs only when the user trusts it.",
+    )
     weight: float = Field(default=0.9, ge=0.0, le=1.0, description="Weight of accuracy in the reward (paper: 0.9).")
     judge: JudgeSpec | None = Field(default=None, description="Required when scorer is 'judge'.")
     numeric_tolerance: float = Field(default=1e-6, ge=0.0, description="Relative tolerance of the numeric scorer.")
+
+    @field_validator("scorer")
+    @classmethod
+    def _known_scorer(cls, v: str) -> str:
+        if v in BUILTIN_SCORERS or re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
+            return v
+        raise ValueError(f"unknown scorer {v!r}: use {', '.join(BUILTIN_SCORERS)} or a custom 'module:function'")
 
     @model_validator(mode="after")
     def _judge_needs_config(self) -> "AccuracySpec":

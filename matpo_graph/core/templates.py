@@ -1,12 +1,15 @@
 """Prompt templates: sandboxed Jinja rendering, include resolution and variable discovery.
 
 Templates are rendered at rollout time (never baked into data), so rendering must be safe on
-untrusted graph files: a :class:`~jinja2.sandbox.SandboxedEnvironment` with ``StrictUndefined``
-(a misspelled variable is an error, not an empty string) and no autoescaping (prompts are not HTML).
+untrusted graph files: a :class:`~matpo_graph.core.template_limits.BoundedSandbox` (Jinja's immutable
+sandbox, plus bounds on time, output and value sizes) with ``StrictUndefined`` (a misspelled
+variable is an error, not an empty string) and no autoescaping (prompts are not HTML).
 
 ``{% include "file" %}`` is resolved against the graph's folder and may not leave it. The compiler
 inlines includes (:func:`flatten_includes`), so a compiled template source renders on its own with
-:func:`render` and its hash covers every included file.
+:func:`render` and its hash covers every included file. ``{% import %}``, ``{% from %}`` and
+``{% extends %}`` would need a loader at run time, where there is none, so they are refused when the
+template is checked (the verdict of ``validate`` is the runtime's).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any
 
 import jinja2
 from jinja2 import meta, nodes
-from jinja2.sandbox import SandboxedEnvironment
+
+from matpo_graph.core.template_limits import MAX_OUTPUT_CHARS, MAX_TEMPLATE_CHARS, BoundedSandbox, TemplateLimitError, within_deadline
 
 __all__ = [
     "BUILTIN_TEMPLATES",
@@ -28,6 +32,7 @@ __all__ = [
     "DEFAULT_SUMMARY",
     "ConfinedLoader",
     "TemplateIncludeError",
+    "TemplateLimitError",
     "flatten_includes",
     "make_environment",
     "parse",
@@ -72,7 +77,7 @@ class TemplateIncludeError(Exception):
     def __init__(self, message: str, name: str | None = None, kind: str = "not-found") -> None:
         super().__init__(message)
         self.name = name
-        self.kind = kind  # not-found | escape | unsupported | cycle
+        self.kind = kind  # not-found | escape | unsupported | cycle | too-large
 
 
 def resolve_inside(base_dir: Path, name: str) -> Path:
@@ -101,7 +106,11 @@ def read_inside(base_dir: Path, name: str) -> str:
     """Text of a file inside `base_dir` (see :func:`resolve_inside`); unreadable files raise too."""
     path = resolve_inside(base_dir, name)
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_TEMPLATE_CHARS * 4 + 1)
+        if len(raw) > MAX_TEMPLATE_CHARS * 4:
+            raise TemplateIncludeError(f"{name!r} is larger than {MAX_TEMPLATE_CHARS * 4} bytes", name, "too-large")
+        return raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateIncludeError(f"{name!r} cannot be read as UTF-8 text ({exc})", name) from exc
 
@@ -121,9 +130,9 @@ class ConfinedLoader(jinja2.BaseLoader):
         return path.read_text(encoding="utf-8"), str(path), lambda: path.stat().st_mtime == mtime
 
 
-def make_environment(base_dir: Path | None = None) -> SandboxedEnvironment:
+def make_environment(base_dir: Path | None = None) -> BoundedSandbox:
     """The one Jinja environment shape used everywhere; `base_dir` enables confined includes."""
-    return SandboxedEnvironment(
+    return BoundedSandbox(
         loader=ConfinedLoader(base_dir) if base_dir is not None else None,
         undefined=jinja2.StrictUndefined,
         autoescape=False,
@@ -136,13 +145,34 @@ def make_environment(base_dir: Path | None = None) -> SandboxedEnvironment:
 _ENV = make_environment()
 
 
+def _check_length(source: str) -> None:
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise TemplateLimitError(f"template limit: the template has {len(source)} characters, more than {MAX_TEMPLATE_CHARS}")
+
+
 @lru_cache(maxsize=256)
 def _compiled(source: str) -> jinja2.Template:
-    return _ENV.from_string(source)
+    _check_length(source)
+    return within_deadline(lambda: _ENV.from_string(source))
+
+
+def _bounded_render(template: jinja2.Template, variables: dict[str, Any]) -> str:
+    def run() -> str:
+        out: list[str] = []
+        size = 0
+        for piece in template.generate(variables):
+            size += len(piece)
+            if size > MAX_OUTPUT_CHARS:
+                raise TemplateLimitError(f"template limit: the rendered text is longer than {MAX_OUTPUT_CHARS} characters")
+            out.append(piece)
+        return "".join(out)
+
+    return within_deadline(run)
 
 
 def render(source: str, variables: dict[str, Any], *, base_dir: Path | None = None) -> str:
-    """Render a template source with the given variables.
+    """Render a template source with the given variables, within the limits of
+    :mod:`matpo_graph.core.template_limits` (time, output and value sizes).
 
     Args:
         source: Jinja text. Compiled program templates have their includes inlined already.
@@ -152,16 +182,21 @@ def render(source: str, variables: dict[str, Any], *, base_dir: Path | None = No
     Raises:
         jinja2.UndefinedError: the template uses a variable not in `variables`.
         jinja2.TemplateSyntaxError: the source does not parse.
-        jinja2.exceptions.SecurityError: the template tried something the sandbox forbids.
+        jinja2.exceptions.SecurityError: the template tried something the sandbox forbids;
+            :class:`TemplateLimitError` (a SecurityError) when it asked for too much work.
     """
     if base_dir is None:
-        return _compiled(source).render(variables)
-    return make_environment(base_dir).from_string(source).render(variables)
+        return _bounded_render(_compiled(source), variables)
+    _check_length(source)
+    env = make_environment(base_dir)
+    return _bounded_render(within_deadline(lambda: env.from_string(source)), variables)
 
 
 def parse(source: str) -> nodes.Template:
-    """Parse without rendering; raises ``jinja2.TemplateSyntaxError`` (with ``lineno``)."""
-    return _ENV.parse(source)
+    """Parse without rendering; raises ``jinja2.TemplateSyntaxError`` (with ``lineno``), or
+    :class:`TemplateLimitError` for a source too long or nested too deeply to parse."""
+    _check_length(source)
+    return within_deadline(lambda: _ENV.parse(source))
 
 
 # {% include "x" %} with an optional whitespace-control marker on either side and an optional
@@ -188,6 +223,13 @@ def flatten_includes(source: str, base_dir: Path | None, *, _stack: tuple[str, .
         TemplateIncludeError: a missing or escaping file, a non-literal include, or an include cycle.
     """
     tree = parse(source)
+    for kind, tag in ((nodes.Extends, "extends"), (nodes.Import, "import"), (nodes.FromImport, "from ... import")):
+        if any(True for _ in tree.find_all(kind)):
+            raise TemplateIncludeError(
+                f"{{% {tag} %}} is not supported (templates render without a loader at run time); "
+                "use {% include \"file.j2\" %} and macros defined in the same template",
+                kind="unsupported",
+            )
     total = _count_includes(tree)
     if total == 0:
         return source, []

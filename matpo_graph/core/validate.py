@@ -7,6 +7,15 @@ Recursion rule: a cycle among roles (a role that can end up calling itself) is a
 file sets ``limits.max_depth`` explicitly; with it, a call that would run deeper than ``max_depth`` is
 refused at run time, which bounds the recursion. An acyclic graph whose longest delegation chain is
 deeper than ``max_depth`` gets a warning (the deepest calls would always be refused).
+
+Trust rule (see :mod:`matpo_graph.core.trust`): every field that names code (a python tool's
+``config.function``, a custom ``credit.strategy`` or ``reward.accuracy.scorer``), every environment
+variable named as an API key and every endpoint with a non-public literal address is checked against
+the user's policy, and reported with how to allow it when the policy does not.
+
+Templates are checked as the runtime will use them: parsed, includes inlined, tags that need a
+loader refused, and rendered once with sample values of the runtime variables under the runtime's
+limits (:mod:`matpo_graph.core.template_limits`); a template that exceeds them is an error.
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ from pydantic import TypeAdapter, ValidationError
 
 from matpo_graph.core.errors import SpecIssue, did_you_mean
 from matpo_graph.core.program import RUNTIME_VARIABLES
-from matpo_graph.core.spec import CreditSpec, Edge, ExampleMessage, Graph, Limits, Role, TemplateRef, ToolSpec
-from matpo_graph.core.templates import TemplateIncludeError, read_inside, resolve_template, undeclared_variables
+from matpo_graph.core.spec import CreditSpec, Edge, ExampleMessage, Graph, Limits, RewardSpec, Role, TemplateRef, ToolSpec
+from matpo_graph.core.template_limits import TemplateLimitError
+from matpo_graph.core.templates import TemplateIncludeError, read_inside, render, resolve_template, undeclared_variables
+from matpo_graph.core.trust import TrustPolicy, active_trust, is_code_ref, literal_host_problem
 
-__all__ = ["Partial", "ExampleError", "load_examples", "semantic_issues", "validate_examples"]
+__all__ = ["Partial", "ExampleError", "load_examples", "sample_variables", "semantic_issues", "trust_issues", "validate_examples"]
 
 Loc = tuple[str | int, ...]
 _TEMPLATE_PARTS = ("system", "user", "summary_prompt")
@@ -50,6 +61,7 @@ class Partial:
     answer_format: str | None = "boxed"
     complete: bool = True
     credit: CreditSpec | None = field(default=None)
+    reward: RewardSpec | None = field(default=None)
 
     @classmethod
     def from_graph(cls, graph: Graph) -> "Partial":
@@ -63,6 +75,7 @@ class Partial:
             tool_call_format=graph.tool_call_format,
             answer_format=graph.reward.answer_format,
             credit=graph.credit,
+            reward=graph.reward,
         )
 
     def valid_edges(self) -> Iterator[tuple[int, Edge]]:
@@ -71,15 +84,76 @@ class Partial:
                 yield i, e
 
 
-def semantic_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
-    """Every semantic issue of the (possibly partial) graph, in no particular order."""
+def semantic_issues(g: Partial, base_dir: Path | None, *, trust: TrustPolicy | None = None) -> list[SpecIssue]:
+    """Every semantic issue of the (possibly partial) graph, in no particular order.
+
+    `trust` is the user's policy for code, secrets and endpoints (default: the active one).
+    """
     issues: list[SpecIssue] = []
     issues += _reference_issues(g)
     issues += _structure_issues(g)
     issues += _schema_issues(g)
     issues += _template_issues(g, base_dir)
     issues += _example_issues(g, base_dir)
+    issues += trust_issues(g, trust if trust is not None else active_trust())
     return issues
+
+
+# --------------------------------------------------------------------------- trust
+
+
+def trust_issues(g: Partial, trust: TrustPolicy) -> list[SpecIssue]:
+    """Code, secrets and endpoints the graph names that the user's policy does not allow."""
+    out: list[SpecIssue] = []
+
+    def code(loc: Loc, ref: object) -> None:
+        if is_code_ref(ref):
+            problem = trust.code_problem(str(ref))
+            if problem:
+                out.append(SpecIssue.at("untrusted-code", loc, problem))
+
+    def secret(loc: Loc, env_name: object, endpoint: str) -> None:
+        if isinstance(env_name, str):
+            problem = trust.secret_problem(env_name, endpoint)
+            if problem:
+                out.append(SpecIssue.at("untrusted-secret", loc, problem))
+
+    def address(loc: Loc, endpoint: str) -> None:
+        problem = literal_host_problem(endpoint, trust)
+        if problem:
+            out.append(SpecIssue.at(
+                "unsafe-endpoint", loc, f"refused: {problem}",
+                "a graph cannot allow this itself; if you mean it, run with --allow-host HOST[:PORT]",
+            ))
+
+    for name, tool in g.tools.items():
+        if tool is None:
+            continue
+        if tool.backend == "python":
+            code(("tools", name, "config", "function"), tool.config.get("function"))
+        elif tool.backend == "search":
+            endpoint = tool.config.get("endpoint", "https://google.serper.dev/search")
+            if not isinstance(endpoint, str):
+                continue
+            if endpoint != "embedded" and endpoint.startswith(("http://", "https://")):
+                address(("tools", name, "config", "endpoint"), endpoint)
+            key_loc: Loc = ("tools", name, "config", "api_key_env") if "api_key_env" in tool.config else ("tools", name, "config", "endpoint")
+            default_key = None if endpoint == "embedded" else "SERPER_API_KEY"
+            secret(key_loc, tool.config.get("api_key_env", default_key), endpoint)
+    if g.credit is not None and g.credit.strategy not in ("broadcast", "root_only", "role_normalized"):
+        code(("credit", "strategy"), g.credit.strategy)
+    if g.reward is not None:
+        accuracy = g.reward.accuracy
+        code(("reward", "accuracy", "scorer"), accuracy.scorer)
+        if accuracy.judge is not None:
+            judge_loc: Loc = ("reward", "accuracy", "judge")
+            if accuracy.judge.endpoint.startswith(("http://", "https://")):
+                address((*judge_loc, "endpoint"), accuracy.judge.endpoint)
+            else:
+                out.append(SpecIssue.at("invalid-value", (*judge_loc, "endpoint"), f"the judge endpoint must be an http(s) URL, got {accuracy.judge.endpoint!r}"))
+            if accuracy.judge.api_key_env is not None:
+                secret((*judge_loc, "api_key_env"), accuracy.judge.api_key_env, accuracy.judge.endpoint)
+    return out
 
 
 # --------------------------------------------------------------------------- references
@@ -267,10 +341,15 @@ def _template_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
             try:
                 source, _, _ = resolve_template(ref.text, ref.file, base_dir)
                 names = undeclared_variables(source)
+            except TemplateLimitError as exc:
+                out.append(SpecIssue.at("template-limit", loc, f"{where}: {exc}"))
+                continue
             except TemplateIncludeError as exc:
                 code = "template-path-escape" if exc.kind == "escape" else "template-not-found"
-                if exc.kind in ("unsupported", "cycle"):
+                if exc.kind in ("cycle", "too-large"):
                     code = "template-syntax"
+                if exc.kind == "unsupported":
+                    code = "template-unsupported"
                 what = "template file" if exc.name is not None and exc.name == ref.file else f"{where}: include"
                 text = f"{what} {exc}" if exc.kind in ("escape", "not-found") else f"{where}: {exc}"
                 out.append(SpecIssue.at(code, loc, text))
@@ -279,10 +358,69 @@ def _template_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
                 src = f"{exc.name or exc.filename or ''} " if (exc.name or exc.filename) else ""
                 out.append(SpecIssue.at("template-syntax", loc, f"{where}: {src}line {exc.lineno}: {exc.message}"))
                 continue
-            for var in sorted(names - RUNTIME_VARIABLES):
+            unknown = sorted(names - RUNTIME_VARIABLES)
+            for var in unknown:
                 hint = did_you_mean(var, allowed) or f"available: {', '.join(allowed)}"
                 out.append(SpecIssue.at("undefined-template-variable", loc, f"{where} uses undefined variable {var!r}", hint))
+            if not unknown:
+                out.extend(_trial_render(g, rname, source, loc, where))
     return out
+
+
+def sample_variables(g: Partial, role: str) -> dict[str, Any]:
+    """Runtime variables with placeholder values, shaped as the executor builds them for `role`."""
+    from matpo_graph.core import toolcalls  # noqa: PLC0415 (the runtime's own helpers)
+
+    rp = g.roles.get(role)
+    is_root = role == g.root
+    views: list[dict[str, Any]] = []
+    for tool in (rp.tools if rp is not None else []):
+        spec = g.tools.get(tool)
+        if spec is not None:
+            views.append({"name": tool, "description": spec.description, "parameters": spec.parameters, "kind": "tool"})
+    for _, e in g.valid_edges():
+        if e.from_ == role:
+            views.append({"name": e.as_, "description": e.description, "parameters": e.parameters, "kind": "child"})
+    fmt = g.tool_call_format or "hermes"
+    answer = g.answer_format or "boxed"
+    question = "What is the capital of the country where the river Quill rises?"
+    subtask = "" if is_root else "Find where the river Quill rises."
+    parent = None if is_root else next((e.from_ for _, e in g.valid_edges() if e.to == role), None)
+    return {
+        "role": role,
+        "depth": 0 if is_root else 1,
+        "max_turns": rp.max_turns if rp is not None else 8,
+        "tools": views,
+        "tool_names": [v["name"] for v in views],
+        "tool_format": fmt,
+        "tool_instructions": toolcalls.tool_instructions(fmt, views),  # type: ignore[arg-type]
+        "answer_format": answer,
+        "answer_instructions": toolcalls.answer_instructions(answer, is_root=is_root),  # type: ignore[arg-type]
+        "question": question,
+        "root_query": question,
+        "subtask": subtask,
+        "args": {} if is_root else {"subtask": subtask},
+        "parent_role": parent,
+    }
+
+
+def _trial_render(g: Partial, role: str, source: str, loc: Loc, where: str) -> list[SpecIssue]:
+    """Render once with sample values under the runtime's limits.
+
+    Exceeding a limit is an error: the runtime would refuse the same template. Other failures
+    depend on the values (an argument the sample call lacks, say) and are warnings.
+    """
+    try:
+        render(source, sample_variables(g, role))
+    except (TemplateLimitError, RecursionError, MemoryError) as exc:
+        text = str(exc) if isinstance(exc, TemplateLimitError) else f"template limit: {type(exc).__name__}"
+        return [SpecIssue.at("template-limit", loc, f"{where}: {text}")]
+    except jinja2.exceptions.SecurityError as exc:
+        return [SpecIssue.at("template-limit", loc, f"{where}: the sandbox refused: {exc}")]
+    except Exception as exc:  # noqa: BLE001 (value-dependent failures are reported, not raised)
+        message = f"{where} fails when rendered with sample values: {type(exc).__name__}: {str(exc)[:200]}"
+        return [SpecIssue.at("template-render", loc, message, "check it with `matpo-graph render`", severity="warning")]
+    return []
 
 
 # --------------------------------------------------------------------------- examples

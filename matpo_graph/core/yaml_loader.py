@@ -4,6 +4,11 @@ Loading is exactly ``yaml.safe_load`` (SafeLoader constructors, no Python object
 the composed node tree is walked to map each YAML path to its position, so that a pydantic ``loc``
 or a semantic check can point at a line and column. Duplicate mapping keys, which ``safe_load``
 silently resolves to the last one, are reported.
+
+Graphs may come from strangers, so loading is bounded: nesting deeper than :data:`MAX_DEPTH`, more
+than :data:`MAX_ALIASES` alias uses, or a document that would expand (aliases followed) to more than
+:data:`MAX_NODES` nodes is refused with a `yaml-too-complex` issue before anything walks it (a
+"billion laughs" file is a few lines that expand to 10^9 nodes).
 """
 
 from __future__ import annotations
@@ -15,14 +20,78 @@ import yaml
 
 from matpo_graph.core.errors import SpecIssue
 
-__all__ = ["MarkedYaml", "Position", "load_marked"]
+__all__ = ["MAX_ALIASES", "MAX_DEPTH", "MAX_NODES", "MarkedYaml", "Position", "load_marked"]
+
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and sequences (a graph needs about 10; JSON Schemas a few more)."""
+MAX_ALIASES = 1000
+"""Most alias uses (*name) in one document."""
+MAX_NODES = 200_000
+"""Most nodes of the document with every alias expanded."""
 
 Position = tuple[int, int]  # 1-based (line, col)
 PathKey = tuple[str | int, ...]
 
 
+class _TooComplex(Exception):
+    def __init__(self, message: str, mark: yaml.Mark | None) -> None:
+        super().__init__(message)
+        self.mark = mark
+
+
 class _MarkLoader(yaml.SafeLoader):
-    """SafeLoader that keeps the composed node, so positions can be read after construction."""
+    """SafeLoader that keeps the composed node, so positions can be read after construction, and
+    refuses documents nested deeper than MAX_DEPTH or with more than MAX_ALIASES aliases while composing."""
+
+    _depth = 0
+    _aliases = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise _TooComplex(f"uses more than {MAX_ALIASES} aliases", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooComplex(f"is nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        finally:
+            self._depth -= 1
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Node count with aliases expanded, computed once per distinct node (capped just past MAX_NODES).
+
+    Iterative, so that a long flat list cannot exhaust the Python stack. A node that contains itself
+    (a recursive alias) is refused: nothing downstream could walk it.
+    """
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if done:
+            open_.discard(id(node))
+            sizes[id(node)] = min(1 + sum(sizes[id(c)] for c in children), MAX_NODES + 1)
+            continue
+        if id(node) in open_:
+            raise _TooComplex("is recursive (an alias refers to a node that contains it)", node.start_mark)
+        open_.add(id(node))
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_:
+                raise _TooComplex("is recursive (an alias refers to a node that contains it)", child.start_mark)
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes.get(id(root), 1)
 
 
 @dataclass
@@ -103,7 +172,12 @@ def load_marked(text: str) -> MarkedYaml:
         node = loader.get_single_node()
         if node is None:
             return MarkedYaml(data=None)
+        if _expanded_size(node) > MAX_NODES:
+            raise _TooComplex(f"would expand to more than {MAX_NODES} nodes once aliases are followed", node.start_mark)
         data = loader.construct_document(node)
+    except _TooComplex as exc:
+        issue = SpecIssue.at("yaml-too-complex", (), f"refused: the YAML document {exc}", "write the graph out plainly")
+        return MarkedYaml(data=None, issues=[issue.located(*_pos(exc.mark)) if exc.mark else issue.located(1, 1)])
     except yaml.reader.ReaderError as exc:
         before = text[: exc.position]
         line, col = before.count("\n") + 1, exc.position - (before.rfind("\n") + 1) + 1
@@ -120,7 +194,11 @@ def load_marked(text: str) -> MarkedYaml:
         issue = SpecIssue.at("yaml-syntax", (), message, "check indentation, colons and quotes near this position")
         if mark is not None:
             issue = issue.located(*_pos(mark))
-        return MarkedYaml(data=None, issues=[issue])
+        return MarkedYaml(data=None, issues=[issue if issue.line is not None else issue.located(1, 1)])
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as exc:
+        # the safe constructors convert scalars (dates, big integers) and can fail outside YAMLError
+        issue = SpecIssue.at("yaml-syntax", (), f"invalid YAML value: {type(exc).__name__}: {str(exc)[:200]}")
+        return MarkedYaml(data=None, issues=[issue.located(1, 1)])
     finally:
         if loader is not None:
             loader.dispose()

@@ -211,10 +211,11 @@ class Executor:
             "parent_role": parent_role,
         }
 
-    def _initial_messages(self, role: RoleProgram, variables: dict[str, Any]) -> list[ChatMessage]:
+    async def _initial_messages(self, role: RoleProgram, variables: dict[str, Any]) -> list[ChatMessage]:
         try:
-            system = render(role.system.source, variables)
-            user = render(role.user.source, variables)
+            # off the event loop: a slow template (bounded by the sandbox's limits) stalls no other rollout
+            system = await asyncio.to_thread(render, role.system.source, variables)
+            user = await asyncio.to_thread(render, role.user.source, variables)
         except Exception as exc:  # jinja errors: undefined variable, sandbox refusal, syntax
             raise RolloutSetupError(
                 f"role {role.name!r}: a prompt template does not render: {type(exc).__name__}: {exc}"
@@ -242,7 +243,7 @@ class Executor:
     ) -> _Traj:
         role = self.program.roles[role_name]
         variables = self._variables(tree, role, depth, task, parent.role if parent else None)
-        messages = self._initial_messages(role, variables)  # raises before the trajectory exists
+        messages = await self._initial_messages(role, variables)  # raises before the trajectory exists
         t = _Traj(
             traj_id, parent.traj_id if parent else None, role_name, depth, dict(task), started=time.perf_counter()
         )
@@ -293,7 +294,8 @@ class Executor:
         assert t.ctx is not None
         ctx = t.ctx
         try:
-            instruction = ChatMessage(role="user", content=render(role.summary.source, variables), kind="instruction")
+            text = await asyncio.to_thread(render, role.summary.source, variables)
+            instruction = ChatMessage(role="user", content=text, kind="instruction")
         except Exception as exc:  # noqa: BLE001 - a template error ends this trajectory, not the rollout
             t.error = f"summary template does not render: {type(exc).__name__}: {exc}"
             return last_text

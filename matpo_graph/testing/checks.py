@@ -200,6 +200,7 @@ def check_permutation_invariant(
         rng.shuffle(rest)
         shuffled.append(tree.model_copy(update={"trajectories": tree.trajectories[:1] + rest}))
     rng.shuffle(shuffled)
+    strategy = plan.strategy if strategy is None else strategy  # the strategy under test: the caller's own code
     base, _ = assign_credit(trees, plan, strategy=strategy, warn=False)
     for variant in (reversed_trees, shuffled):
         perm, _ = assign_credit(variant, plan, strategy=strategy, warn=False)
@@ -211,6 +212,7 @@ def check_credit_invariants(
 ) -> tuple[list[RolloutTree], dict[str, float]]:
     """Run credit assignment and check what any strategy must satisfy; returns its result."""
     before = [t.model_dump_json() for t in trees]
+    strategy = plan.strategy if strategy is None else strategy  # the strategy under test: the caller's own code
     out, metrics = assign_credit(trees, plan, strategy=strategy, warn=False)
     if [t.model_dump_json() for t in trees] != before:
         raise InvariantViolation("assign_credit modified its input trees")

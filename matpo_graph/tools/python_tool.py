@@ -4,6 +4,9 @@ Arguments are checked against the tool's JSON schema before the call; sync funct
 thread, async ones are awaited; both under the tool's timeout. Exceptions become error results.
 Python tools are not retried (a failing function fails the same way again) and not cached unless
 config.cache is true.
+
+The function is named by the graph, so it is imported only when the user's trust policy allows it
+(:mod:`matpo_graph.core.trust`); otherwise building the tool fails with the way to trust it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from matpo_graph.core.spec import ToolSpec
+from matpo_graph.core.trust import TrustPolicy, active_trust
 from matpo_graph.tools.cache import ResponseCache
 from matpo_graph.tools.common import BaseTool, ToolConfigError
 from matpo_graph.tools.metrics import ToolFailure, ToolMetrics
@@ -23,11 +27,15 @@ from matpo_graph.tools.metrics import ToolFailure, ToolMetrics
 __all__ = ["PythonTool", "import_function"]
 
 
-def import_function(path: str) -> Callable[..., Any]:
-    """Import 'package.module:function'; raises ToolConfigError naming what is missing."""
+def import_function(path: str, *, trust: TrustPolicy | None = None) -> Callable[..., Any]:
+    """Import 'package.module:function' when `trust` (default: the active policy) allows it;
+    raises ToolConfigError naming what is missing or how to trust it."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise ToolConfigError(f"python tool function must look like 'package.module:function', got {path!r}")
+    problem = (trust if trust is not None else active_trust()).code_problem(path)
+    if problem:
+        raise ToolConfigError(f"python tool: {problem}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -56,10 +64,10 @@ class PythonTool(BaseTool):
     cache_by_default = False
 
     def __init__(self, name: str, spec: ToolSpec, *, metrics: ToolMetrics | None = None,
-                 cache: ResponseCache | None = None) -> None:
+                 cache: ResponseCache | None = None, trust: TrustPolicy | None = None) -> None:
         super().__init__(name, spec, metrics=metrics, cache=cache)
         self.function_path = str(self.config.get("function", ""))
-        self.function = import_function(self.function_path)
+        self.function = import_function(self.function_path, trust=trust)
         self.is_async = inspect.iscoroutinefunction(self.function)
 
     def cache_material(self, args: dict[str, Any]) -> dict[str, Any] | None:

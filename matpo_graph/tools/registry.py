@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from matpo_graph.core.spec import ToolSpec
+from matpo_graph.core.trust import TrustPolicy, active_trust
 from matpo_graph.tools.base import Tool
 from matpo_graph.tools.cache import ResponseCache
 from matpo_graph.tools.common import BaseTool, ToolConfigError
@@ -59,6 +60,7 @@ def build_tools(
     cache: ResponseCache | str | os.PathLike[str] | None = None,
     resolver: Resolver | None = None,
     metrics: ToolMetrics | None = None,
+    trust: TrustPolicy | None = None,
 ) -> ToolRegistry:
     """Turn tool specs into callable tools.
 
@@ -69,26 +71,32 @@ def build_tools(
         cache: a ResponseCache, or a folder (readwrite mode); None disables caching.
         resolver: host-name resolution hook for the scrape address guard (the system resolver by default).
         metrics: counters to share with other registries; a fresh one by default.
+        trust: what the user allows the specs to do (python functions to import, API keys to send and
+            where, non-public hosts to reach); by default the active policy
+            (:func:`matpo_graph.core.trust.active_trust`).
 
     Raises:
-        ToolConfigError: a spec is invalid, names an unknown backend, or a python function cannot be imported.
+        ToolConfigError: a spec is invalid, names an unknown backend, untrusted code or an API key not
+            allowed for its endpoint, or a python function cannot be imported.
     """
     from matpo_graph.tools.python_tool import PythonTool
     from matpo_graph.tools.scrape import ScrapeTool
     from matpo_graph.tools.search import SearchTool
 
     metrics = metrics if metrics is not None else ToolMetrics()
+    trust = trust if trust is not None else active_trust()
     response_cache = _as_cache(cache)
     tools: dict[str, BaseTool] = {}
     for name, raw in tool_specs.items():
         spec = _as_spec(name, raw)
         if spec.backend == "search":
-            tools[name] = SearchTool(name, spec, metrics=metrics, cache=response_cache, embedded_url=embedded_url)
+            tools[name] = SearchTool(name, spec, metrics=metrics, cache=response_cache, embedded_url=embedded_url,
+                                     resolver=resolver, trust=trust)
         elif spec.backend == "scrape":
             tools[name] = ScrapeTool(name, spec, metrics=metrics, cache=response_cache,
-                                     embedded_url=embedded_url, resolver=resolver)
+                                     embedded_url=embedded_url, resolver=resolver, trust=trust)
         elif spec.backend == "python":
-            tools[name] = PythonTool(name, spec, metrics=metrics, cache=response_cache)
+            tools[name] = PythonTool(name, spec, metrics=metrics, cache=response_cache, trust=trust)
         else:  # pragma: no cover - ToolSpec already restricts the backend
             raise ToolConfigError(f"tool {name!r}: unknown backend {spec.backend!r}; known: {', '.join(BACKENDS)}")
     return ToolRegistry(tools, metrics, response_cache)

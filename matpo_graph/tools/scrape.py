@@ -13,6 +13,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 
 from matpo_graph.core.spec import ToolSpec
+from matpo_graph.core.trust import TrustPolicy, active_trust
 from matpo_graph.tools.cache import ResponseCache
 from matpo_graph.tools.common import BaseTool, ToolConfigError, failure_for_status
 from matpo_graph.tools.htmltext import html_to_text
@@ -51,14 +52,15 @@ class ScrapeTool(BaseTool):
 
     def __init__(self, name: str, spec: ToolSpec, *, metrics: ToolMetrics | None = None,
                  cache: ResponseCache | None = None, embedded_url: str | None = None,
-                 resolver: Resolver | None = None) -> None:
+                 resolver: Resolver | None = None, trust: TrustPolicy | None = None) -> None:
         super().__init__(name, spec, metrics=metrics, cache=cache)
+        trust = trust if trust is not None else active_trust()
         allow = self.config.get("allow_hosts", [])
         if isinstance(allow, str):
             allow = [allow]
         if not isinstance(allow, list) or not all(isinstance(h, str) for h in allow):
             raise ToolConfigError(f"tool {name!r}: config.allow_hosts must be a list of 'host' or 'host:port'")
-        self.guard = AddressGuard(allow, resolver=resolver)
+        self.guard = AddressGuard([*allow, *trust.allow_hosts], resolver=resolver)
         endpoint = self.config.get("endpoint")
         if endpoint == "embedded" and not embedded_url:
             raise ToolConfigError(f"tool {name!r} uses endpoint: embedded, but no embedded web URL was given")

@@ -3,18 +3,26 @@
 Request: POST {q, num, **config.params} with header X-API-KEY (read from the environment variable
 named by config.api_key_env at call time). Response: {"organic": [{title, link, snippet, position}]}.
 Blocklisted links are removed before the model sees them.
+
+The endpoint and the key's variable come from the graph, so the key is sent only when the user's
+trust policy granted that variable for that endpoint (over https, or to the embedded web), the
+endpoint passes the scrape tool's address guard (private, loopback, link-local and metadata
+addresses only when the user allowed the host), and the response body is read up to
+config.max_bytes (2 MB by default) and no further.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from matpo_graph.core.spec import ToolSpec
+from matpo_graph.core.trust import TrustPolicy, active_trust
 from matpo_graph.tools.cache import ResponseCache, normalise_args
 from matpo_graph.tools.common import BaseTool, ToolConfigError, failure_for_status
 from matpo_graph.tools.metrics import ToolFailure, ToolMetrics
-from matpo_graph.tools.netguard import DEFAULT_BLOCKLIST, UrlBlocklist
+from matpo_graph.tools.netguard import DEFAULT_BLOCKLIST, AddressGuard, Resolver, UrlBlocklist
 from matpo_graph.tools.transport import LoopLocalClient
 
 __all__ = ["SERPER_ENDPOINT", "EMBEDDED_PLACEHOLDER", "SearchTool", "blocklist_from_config", "format_results"]
@@ -57,8 +65,10 @@ class SearchTool(BaseTool):
     backend = "search"
 
     def __init__(self, name: str, spec: ToolSpec, *, metrics: ToolMetrics | None = None,
-                 cache: ResponseCache | None = None, embedded_url: str | None = None) -> None:
+                 cache: ResponseCache | None = None, embedded_url: str | None = None,
+                 resolver: Resolver | None = None, trust: TrustPolicy | None = None) -> None:
         super().__init__(name, spec, metrics=metrics, cache=cache)
+        trust = trust if trust is not None else active_trust()
         endpoint = str(self.config.get("endpoint", SERPER_ENDPOINT))
         self.embedded = endpoint == "embedded"
         self.embedded_url = embedded_url.rstrip("/") if embedded_url else None
@@ -73,14 +83,22 @@ class SearchTool(BaseTool):
         key_env = self.config.get("api_key_env", None if self.embedded else "SERPER_API_KEY")
         if key_env is not None and not isinstance(key_env, str):
             raise ToolConfigError(f"tool {name!r}: config.api_key_env must be the NAME of an environment variable")
+        if key_env is not None:
+            problem = trust.secret_problem(key_env, "embedded" if self.embedded else endpoint)
+            if problem:
+                raise ToolConfigError(f"tool {name!r}: {problem}")
         self.api_key_env: str | None = key_env
+        self.max_bytes = int(self.config.get("max_bytes", 2_000_000))
+        self.guard = AddressGuard(trust.allow_hosts, resolver=resolver)
+        if self.embedded_url:
+            self.guard.allow(self.embedded_url)
         self.num_results = int(self.config.get("num_results", 10))
         params = self.config.get("params", {})
         if not isinstance(params, dict):
             raise ToolConfigError(f"tool {name!r}: config.params must be a mapping (e.g. {{gl: us, hl: en}})")
         self.params: dict[str, Any] = params
         self.blocklist = blocklist_from_config(self.config)
-        self._client = LoopLocalClient(trust_env=bool(self.config.get("trust_env", False)))
+        self._client = LoopLocalClient(guard=self.guard, trust_env=bool(self.config.get("trust_env", False)))
 
     def secrets(self) -> list[str]:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
@@ -119,13 +137,25 @@ class SearchTool(BaseTool):
                 raise ToolFailure("config", f"search API key missing: set the environment variable {self.api_key_env}")
             headers["X-API-KEY"] = key
         payload = {**self.params, "q": query, "num": num}
+        problem = await self.guard.check_url(self.endpoint)
+        if problem:
+            raise ToolFailure("ssrf", f"refused: {problem}")
         client = self._client.get()
-        response = await client.post(self.endpoint, json=payload, headers=headers, timeout=self.spec.timeout_s)
-        failure = failure_for_status(response)
-        if failure is not None:
-            raise failure
+        request = client.build_request("POST", self.endpoint, json=payload, headers=headers, timeout=self.spec.timeout_s)
+        response = await client.send(request, stream=True)
         try:
-            data = response.json()
+            failure = failure_for_status(response)
+            if failure is not None:
+                raise failure
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body.extend(chunk)
+                if len(body) > self.max_bytes:
+                    raise ToolFailure("bad_response", f"search response larger than {self.max_bytes} bytes (config.max_bytes)")
+        finally:
+            await response.aclose()
+        try:
+            data = json.loads(bytes(body))
         except ValueError:
             raise ToolFailure("bad_response", "search endpoint returned invalid JSON") from None
         if not isinstance(data, dict) or not isinstance(data.get("organic", []), list):

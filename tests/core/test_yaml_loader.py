@@ -53,9 +53,16 @@ def test_load_marked_empty_document():
 
 
 def test_load_marked_aliases_and_merges_are_safe():
-    m = load_marked("base: &b {x: 1}\nother:\n  <<: *b\n  y: 2\nloop: &l [*l]\n")
+    m = load_marked("base: &b {x: 1}\nother:\n  <<: *b\n  y: 2\n")
     assert m.data["other"] == {"x": 1, "y": 2}
     assert m.values[("other", "y")] == (4, 6)
+
+
+def test_load_marked_recursive_alias_is_refused():
+    # a node containing itself cannot be walked, dumped or compiled: refused at load, with its place
+    m = load_marked("base: &b {x: 1}\nloop: &l [*l]\n")
+    assert m.data is None
+    assert [(i.code, i.line) for i in m.issues] == [("yaml-too-complex", 2)]
 
 
 def test_load_marked_control_character_is_a_syntax_issue():

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+from matpo_graph.core.trust import TrustPolicy
 from matpo_graph.core.credit import (
     CreditError,
     CreditWarning,
@@ -179,9 +180,14 @@ def user_module(tmp_path, monkeypatch):
     return "my_credit_mod"
 
 
+def trusting(module: str) -> TrustPolicy:
+    """The user trusts their own strategy module (a graph naming it cannot)."""
+    return TrustPolicy(trusted_code=(module,))
+
+
 def test_custom_strategy_by_import_path(user_module) -> None:
     trees = [planner_tree("a", "q", 1.0), planner_tree("b", "q", 0.0)]
-    out, metrics = assign_credit(trees, plan(strategy=f"{user_module}:halve_workers"))
+    out, metrics = assign_credit(trees, plan(strategy=f"{user_module}:halve_workers"), trust=trusting(user_module))
     root, worker = out[0].trajectories[0], out[0].trajectories[1]
     assert worker.advantage == pytest.approx(root.advantage / 2)
     assert metrics["matpo/credit/halved"] == 1.0
@@ -199,7 +205,7 @@ def test_custom_strategy_by_import_path(user_module) -> None:
 )
 def test_resolve_strategy_errors_say_how_to_fix(user_module, name: str, match: str) -> None:
     with pytest.raises(CreditError, match=match):
-        resolve_strategy(name)
+        resolve_strategy(name, trust=TrustPolicy(trust_all_code=True))
 
 
 @pytest.mark.parametrize(
@@ -212,7 +218,8 @@ def test_resolve_strategy_errors_say_how_to_fix(user_module, name: str, match: s
 )
 def test_custom_strategy_results_are_checked(user_module, fn: str, match: str) -> None:
     with pytest.raises(CreditError, match=match):
-        assign_credit([planner_tree("a", "q", 1.0), planner_tree("b", "q", 0.0)], plan(strategy=f"{user_module}:{fn}"))
+        assign_credit([planner_tree("a", "q", 1.0), planner_tree("b", "q", 0.0)], plan(strategy=f"{user_module}:{fn}"),
+                      trust=trusting(user_module))
 
 
 def test_callable_strategy_override() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from matpo_graph.core.trust import ENV_ALLOW_HOSTS, ENV_ALLOW_SECRETS
 from matpo_graph.judge import JudgeConfig, LLMJudge, parse_verdict, score_trees_judged
 
 from credit_helpers import ONE_ROLE, plan, traj, tree
@@ -70,9 +71,16 @@ class FakeJudgeServer:
         self.httpd.server_close()
 
 
+@pytest.fixture(autouse=True)
+def _loopback_allowed(monkeypatch) -> None:
+    # the user's grant: the judge may reach the local test servers on 127.0.0.1 (refused otherwise)
+    monkeypatch.setenv(ENV_ALLOW_HOSTS, "127.0.0.1")
+
+
 @pytest.fixture
-def server() -> Iterator[FakeJudgeServer]:
+def server(monkeypatch) -> Iterator[FakeJudgeServer]:
     s = FakeJudgeServer()
+    monkeypatch.setenv(ENV_ALLOW_SECRETS, f"JUDGE_KEY={s.url}")  # and JUDGE_KEY may be sent to this one
     yield s
     s.stop()
 

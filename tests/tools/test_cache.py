@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from matpo_graph.core.trust import SecretGrant, TrustPolicy
 from matpo_graph.tools.cache import ResponseCache, normalise_args
 from matpo_graph.tools.registry import build_tools
 
@@ -25,6 +26,11 @@ def _specs(url: str, host_port: str) -> dict:
         "scrape": {"backend": "scrape", "description": "d", "parameters": SCRAPE_PARAMS, "retries": 0,
                    "config": {"allow_hosts": [host_port]}},
     }
+
+
+def _trust(url: str) -> TrustPolicy:
+    """The user's grant: this test server may receive the key, and 127.0.0.1 may be reached."""
+    return TrustPolicy(secrets=(SecretGrant(KEY_ENV, f"{url}/search"),), allow_hosts=("127.0.0.1",))
 
 
 def _calls(url: str) -> list[tuple[str, dict]]:
@@ -54,12 +60,12 @@ def test_cache_replay_identical_with_server_stopped(tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
     srv = _echoing_server()
     try:
-        recorder = build_tools(_specs(srv.url, srv.host_port), cache=ResponseCache(tmp_path, "record"))
+        recorder = build_tools(_specs(srv.url, srv.host_port), trust=_trust(srv.url), cache=ResponseCache(tmp_path, "record"))
         recorded = asyncio.run(_run_all(recorder, _calls(srv.url)))
     finally:
         srv.stop()
     assert [r.ok for r in recorded] == [True, True, True, True, False]
-    player = build_tools(_specs(srv.url, srv.host_port), cache=ResponseCache(tmp_path, "replay"))
+    player = build_tools(_specs(srv.url, srv.host_port), trust=_trust(srv.url), cache=ResponseCache(tmp_path, "replay"))
     replayed = asyncio.run(_run_all(player, _calls(srv.url)))
     assert [(r.text, r.ok, r.error) for r in replayed] == [(r.text, r.ok, r.error) for r in recorded]
     assert all(r.cached for r in replayed)
@@ -67,7 +73,7 @@ def test_cache_replay_identical_with_server_stopped(tmp_path, monkeypatch):
 
 
 def test_cache_replay_miss_is_an_error(tmp_path):
-    player = build_tools(_specs("http://127.0.0.1:9", "127.0.0.1:9"), cache=ResponseCache(tmp_path, "replay"))
+    player = build_tools(_specs("http://127.0.0.1:9", "127.0.0.1:9"), trust=_trust("http://127.0.0.1:9"), cache=ResponseCache(tmp_path, "replay"))
     result = asyncio.run(player["scrape"].call({"url": "http://127.0.0.1:9/never"}))
     assert not result.ok and result.error == "cache_miss"
 
@@ -75,7 +81,7 @@ def test_cache_replay_miss_is_an_error(tmp_path):
 def test_cache_keys_normalise_arguments(tmp_path, server, monkeypatch):
     monkeypatch.setenv(KEY_ENV, "k-123456")
     server.routes["/search"] = lambda h, s: h.reply(200, serper_payload([]), "application/json")
-    tools = build_tools(_specs(server.url, server.host_port), cache=tmp_path)  # a folder means readwrite
+    tools = build_tools(_specs(server.url, server.host_port), trust=_trust(server.url), cache=tmp_path)  # a folder means readwrite
     first = asyncio.run(tools["search"].call({"query": "quiet   harbour "}))
     second = asyncio.run(tools["search"].call({"query": "quiet harbour"}))
     assert not first.cached and second.cached
@@ -84,7 +90,7 @@ def test_cache_keys_normalise_arguments(tmp_path, server, monkeypatch):
 
 
 def test_cache_readwrite_does_not_store_errors(tmp_path, server):
-    tools = build_tools(_specs(server.url, server.host_port), cache=ResponseCache(tmp_path, "readwrite"))
+    tools = build_tools(_specs(server.url, server.host_port), trust=_trust(server.url), cache=ResponseCache(tmp_path, "readwrite"))
     asyncio.run(tools["scrape"].call({"url": f"{server.url}/status404"}))
     asyncio.run(tools["scrape"].call({"url": f"{server.url}/status404"}))
     assert server.hits["/status404"] == 2
@@ -100,7 +106,7 @@ def test_api_key_never_in_results_logs_or_cache(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.DEBUG)
     srv = _echoing_server()
     try:
-        tools = build_tools(_specs(srv.url, srv.host_port), cache=ResponseCache(tmp_path, "record"))
+        tools = build_tools(_specs(srv.url, srv.host_port), trust=_trust(srv.url), cache=ResponseCache(tmp_path, "record"))
         results = asyncio.run(_run_all(tools, _calls(srv.url)))
         assert srv.requests[0]["headers"]["X-API-KEY"] == SECRET  # the key was really sent
         # an error path too: the endpoint fails after the key was used

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from matpo_graph.core.trust import TrustPolicy
 from matpo_graph.tools.builtin import CALCULATE_PARAMETERS
 from matpo_graph.tools.common import ToolConfigError
 from matpo_graph.tools.registry import build_tools
@@ -17,10 +18,14 @@ def _importable(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
 
 
+# The test functions are this suite's own code: trusted explicitly, as a user would trust theirs.
+TRUST = TrustPolicy(trusted_code=("matpo_test_pyfuncs", "no_such_module_xyz"))
+
+
 def tool(function: str, parameters: dict | None = None, **extra):
     spec = {"backend": "python", "description": "d", "config": {"function": function},
             "parameters": parameters or {"type": "object"}, **extra}
-    return build_tools({"fn": spec})["fn"]
+    return build_tools({"fn": spec}, trust=TRUST)["fn"]
 
 
 ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from matpo_graph.core.trust import SecretGrant, TrustPolicy
 from matpo_graph.tools.common import ToolConfigError
 from matpo_graph.tools.registry import build_tools
 from matpo_graph.tools.search import SearchTool
@@ -33,6 +34,8 @@ def make_search(endpoint: str, **overrides: Any) -> SearchTool:
     config = {"endpoint": endpoint, "api_key_env": KEY_ENV, **overrides.pop("config", {})}
     spec = {"backend": "search", "description": "web search", "parameters": SEARCH_PARAMS, "config": config,
             "timeout_s": overrides.pop("timeout_s", 5.0), "retries": overrides.pop("retries", 2)}
+    # the user's grant for this local test server: the key may go to it, and 127.0.0.1 may be reached
+    overrides.setdefault("trust", TrustPolicy(secrets=(SecretGrant(KEY_ENV, endpoint),), allow_hosts=("127.0.0.1",)))
     tool = build_tools({"search": spec}, **overrides)["search"]
     assert isinstance(tool, SearchTool)
     tool.backoff_s = 0.01

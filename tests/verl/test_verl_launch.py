@@ -47,7 +47,7 @@ def test_prepare_verl_run_accepts_a_compiled_folder(tmp_path: Path) -> None:
 
 def test_prepare_verl_run_asks_for_data_when_the_graph_has_no_embedded_web(tmp_path: Path) -> None:
     data = yaml.safe_load(TINY_GRAPH.read_text())
-    data["tools"]["web_search"]["config"] = {"endpoint": "http://127.0.0.1:9/search"}
+    data["tools"]["web_search"]["config"] = {"endpoint": "https://google.serper.dev/search"}  # a remote search, not the embedded web
     graph = tmp_path / "remote.yaml"
     graph.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ValueError, match="data.train_files"):
