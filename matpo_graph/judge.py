@@ -30,6 +30,14 @@ from matpo_graph.core.program import CreditPlan
 from matpo_graph.core.reward import LOCAL_SCORERS, final_answer, score_answer, score_tree, with_reward
 from matpo_graph.core.rollout import RewardBreakdown, RolloutTree
 from matpo_graph.core.trust import TrustPolicy, active_trust
+from matpo_graph.retry import (
+    RetryableError,
+    RetryExhausted,
+    RetryPolicy,
+    is_retryable_status,
+    retry_after_from_headers,
+    retry_async,
+)
 from matpo_graph.tools.netguard import AddressGuard, Resolver
 
 __all__ = [
@@ -127,8 +135,8 @@ class JudgeVerdict:
     error: str | None = None
 
 
-class _Retryable(Exception):
-    pass
+class _Retryable(RetryableError):
+    """A judge failure worth another try (timeouts, transport errors, 429/5xx, unreadable replies)."""
 
 
 class LLMJudge:
@@ -141,6 +149,7 @@ class LLMJudge:
         client: httpx.AsyncClient | None = None,
         stats: JudgeStats | None = None,
         backoff_s: float = 0.5,
+        deadline_s: float | None = 120.0,
         trust: TrustPolicy | None = None,
         resolver: Resolver | None = None,
     ) -> None:
@@ -149,6 +158,9 @@ class LLMJudge:
         self._client = client
         self._owns_client = client is None
         self._backoff_s = backoff_s
+        self._deadline_s = deadline_s
+        self.sleep = asyncio.sleep
+        """How waits between attempts happen (replaceable, e.g. to observe the delays chosen)."""
         policy = trust if trust is not None else active_trust()
         self.guard = AddressGuard(policy.allow_hosts, resolver=resolver)
         self._refusal: str | None = None
@@ -206,8 +218,8 @@ class LLMJudge:
             raise _Retryable(f"transport error: {type(exc).__name__}") from exc
         except httpx.TransportError as exc:
             raise _Retryable(f"transport error: {type(exc).__name__}") from exc
-        if resp.status_code == 429 or resp.status_code >= 500:
-            raise _Retryable(f"HTTP {resp.status_code}")
+        if is_retryable_status(resp.status_code):
+            raise _Retryable(f"HTTP {resp.status_code}", retry_after=retry_after_from_headers(resp.headers))
         if resp.status_code >= 400:
             raise RuntimeError(f"HTTP {resp.status_code}")  # auth or request errors do not heal by retrying
         try:
@@ -240,26 +252,30 @@ class LLMJudge:
             "temperature": 0.0,
             "max_tokens": self.config.max_tokens,
         }
-        error = "no attempt made"
         attempts = 0
-        for attempt in range(self.config.retries + 1):
-            attempts += 1
+
+        async def once(n: int) -> bool:
+            nonlocal attempts
+            attempts = n
             self.stats.attempts += 1
-            try:
-                verdict = await self._attempt(payload, headers)
-            except _Retryable as exc:
-                error = str(exc)
-                log.warning("judge attempt %d/%d failed: %s", attempt + 1, self.config.retries + 1, error)
-                if attempt < self.config.retries and self._backoff_s > 0:
-                    await asyncio.sleep(min(self._backoff_s * 2**attempt, 10.0))
-                continue
-            except Exception as exc:  # non-retryable: stop now and fall back
-                error = f"{type(exc).__name__}: {exc}"
-                log.warning("judge failed without retry: %s", error)
-                break
-            self.stats.correct += int(verdict)
-            return JudgeVerdict(correct=verdict, attempts=attempts)
-        return self._failed(attempts, error)
+            return await self._attempt(payload, headers)
+
+        def note(n: int, exc: RetryableError, delay: float) -> None:
+            log.warning("judge attempt %d/%d failed: %s; retrying in %.2fs", n, self.config.retries + 1, exc, delay)
+
+        policy = RetryPolicy(retries=self.config.retries, backoff_s=self._backoff_s, max_backoff_s=10.0,
+                             deadline_s=self._deadline_s)
+        try:
+            verdict = await retry_async(once, policy, sleep=self.sleep, on_retry=note)
+        except RetryExhausted as exc:
+            log.warning("judge failed: %s", exc)
+            return self._failed(exc.attempts, str(exc.last) if exc.reason == "retries" and exc.last else str(exc))
+        except Exception as exc:  # non-retryable: stop now and fall back
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("judge failed without retry: %s", error)
+            return self._failed(attempts, error)
+        self.stats.correct += int(verdict)
+        return JudgeVerdict(correct=verdict, attempts=attempts)
 
     def _failed(self, attempts: int, error: str) -> JudgeVerdict:
         self.stats.failures += 1

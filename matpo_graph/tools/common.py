@@ -1,4 +1,4 @@
-"""What every tool backend shares: argument checks, cache, retries with backoff, truncation, redaction.
+"""What every tool backend shares: argument checks, cache, retries (matpo_graph.retry), truncation, redaction.
 
 A backend implements `_attempt(args) -> str` and raises :class:`ToolFailure` (or lets httpx errors
 through); :meth:`BaseTool.call` turns everything into a :class:`ToolResult` and never raises.
@@ -7,7 +7,6 @@ through); :meth:`BaseTool.call` turns everything into a :class:`ToolResult` and 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -17,6 +16,7 @@ import httpx
 import jsonschema
 
 from matpo_graph.core.spec import ToolSpec
+from matpo_graph.retry import RetryableError, RetryExhausted, RetryPolicy, parse_retry_after, retry_async
 from matpo_graph.tools.base import ToolResult
 from matpo_graph.tools.cache import ResponseCache, normalise_args
 from matpo_graph.tools.metrics import ToolFailure, ToolMetrics
@@ -40,22 +40,6 @@ def truncate(text: str, limit: int) -> str:
         return text
     keep = max(0, limit - len(_TRUNCATION_MARK))
     return text[:keep].rstrip() + _TRUNCATION_MARK
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def failure_for_status(response: httpx.Response) -> ToolFailure | None:
@@ -112,6 +96,9 @@ class BaseTool:
         self.backoff_s = float(self.config.get("backoff_s", 0.5))
         self.max_backoff_s = float(self.config.get("max_backoff_s", 8.0))
         self.max_retry_after_s = float(self.config.get("max_retry_after_s", 30.0))
+        self.jitter = float(self.config.get("jitter", 0.5))
+        # All attempts and waits of one call together (a tool that keeps failing must not stall a rollout).
+        self.deadline_s = float(self.config.get("deadline_s", max(60.0, 2.0 * spec.timeout_s)))
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         """How backoff waits happen (replaceable, e.g. to observe the delays chosen)."""
 
@@ -184,31 +171,47 @@ class BaseTool:
             self.cache.put(material, text=self.portable(result.text), ok=result.ok, error=result.error)
         return result
 
+    def retry_policy(self) -> RetryPolicy:
+        """This tool's retries: count from the spec, waits and deadline from its config."""
+        return RetryPolicy(retries=self.spec.retries, backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s,
+                           jitter=self.jitter, deadline_s=self.deadline_s, max_retry_after_s=self.max_retry_after_s)
+
     async def _run_with_retries(self, args: dict[str, Any], started: float) -> ToolResult:
-        attempts_allowed = self.spec.retries + 1
-        failure = ToolFailure("internal", "no attempt was made")
-        attempt = 0
-        for attempt in range(1, attempts_allowed + 1):
+        tried = 0
+
+        async def once(n: int) -> str:
+            nonlocal tried
+            tried = n
             try:
                 async with asyncio.timeout(self.spec.timeout_s):
-                    text = await self._attempt(args)
-                text = truncate(self.redact(text), self.spec.max_output_chars)
-                return ToolResult(text=text, ok=True, seconds=time.perf_counter() - started, attempts=attempt)
+                    return await self._attempt(args)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 failure = _failure_for_exception(exc, self.spec.timeout_s)
-            if not self.retryable(failure) or attempt == attempts_allowed:
-                break
-            delay = min(self.max_backoff_s, self.backoff_s * (2 ** (attempt - 1)))
-            if failure.retry_after is not None:
-                if failure.retry_after > self.max_retry_after_s:
-                    wait = f"server asks to wait {failure.retry_after:g}s"
-                    failure = ToolFailure(failure.kind, f"{failure.message} ({wait})")
-                    break
-                delay = max(delay, failure.retry_after)
+                if self.retryable(failure):
+                    raise RetryableError(failure.message, retry_after=failure.retry_after, kind=failure.kind) from None
+                raise _FinalFailure(failure) from None
+
+        def count(n: int, error: RetryableError, delay: float) -> None:
             self.metrics.count_retry(self.name)
-            log.debug("tool %s attempt %d failed (%s); retrying in %.2fs", self.name, attempt, failure.kind, delay)
-            await self.sleep(delay)
-        suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
-        return self._error(failure.kind, failure.message + suffix, started, attempt)
+            log.debug("tool %s attempt %d failed (%s); retrying in %.2fs", self.name, n, error.kind, delay)
+
+        try:
+            text = await retry_async(once, self.retry_policy(), sleep=self.sleep, on_retry=count)
+        except _FinalFailure as final:
+            suffix = f" (after {tried} attempts)" if tried > 1 else ""
+            return self._error(final.failure.kind, final.failure.message + suffix, started, tried)
+        except RetryExhausted as exc:
+            kind = exc.last.kind if isinstance(exc.last, RetryableError) else "timeout"
+            return self._error(kind, str(exc), started, exc.attempts)
+        text = truncate(self.redact(text), self.spec.max_output_chars)
+        return ToolResult(text=text, ok=True, seconds=time.perf_counter() - started, attempts=tried)
+
+
+class _FinalFailure(Exception):
+    """A failure that retrying will not heal (carried out of the retry loop unchanged)."""
+
+    def __init__(self, failure: ToolFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure

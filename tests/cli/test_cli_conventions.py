@@ -76,7 +76,7 @@ def test_config_file_then_flags_then_overrides(tmp_path):
 
 
 def test_unknown_setting_names_the_closest(tmp_path):
-    with pytest.raises(OverrideError, match=r"unknown setting 'learning_rat'.*|unknown setting 'grup_size'; did you mean group_size"):
+    with pytest.raises(OverrideError, match=r"unknown setting 'grup_size'; did you mean group_size"):
         train_config("grup_size=4")
     conf = tmp_path / "bad.yaml"
     conf.write_text("eval_question: 3\n")

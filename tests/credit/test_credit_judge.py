@@ -40,7 +40,9 @@ class FakeJudgeServer:
                 if mode == "slow":
                     time.sleep(1.5)
                     mode = "correct"
-                if mode.startswith("http"):
+                if mode == "retry_after":  # 429 with the server's wish to wait 0.3 s
+                    self._send(429, b'{"error": "slow down"}', {"Retry-After": "0.3"})
+                elif mode.startswith("http"):
                     self._send(int(mode[4:]), b'{"error": "nope"}')
                 elif mode == "not_json":
                     self._send(200, b"<html>surprise</html>")
@@ -50,9 +52,11 @@ class FakeJudgeServer:
                     payload = {"choices": [{"message": {"role": "assistant", "content": content}}]}
                     self._send(200, json.dumps(payload).encode())
 
-            def _send(self, status: int, data: bytes) -> None:
+            def _send(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
                 try:
                     self.send_response(status)
+                    for key, value in (headers or {}).items():
+                        self.send_header(key, value)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
@@ -231,3 +235,20 @@ def test_score_trees_with_judge_returns_trees_with_rewards(server, monkeypatch) 
     out = asyncio.run(score_trees_with_judge(trees, p, judge=LLMJudge.from_plan(p, backoff_s=0)))
     assert [t.reward.accuracy for t in out] == [1.0, 0.0]
     assert all(t.reward.judge_fallback for t in out) and all(t.reward is None for t in trees)
+
+
+def test_judge_honours_retry_after_on_429(server, monkeypatch) -> None:
+    monkeypatch.setenv("JUDGE_KEY", SECRET)
+    server.script = ["retry_after", "correct"]
+    p = judge_plan(server)
+    judge = LLMJudge.from_plan(p, backoff_s=0.01)
+    delays: list[float] = []
+
+    async def record(delay: float) -> None:
+        delays.append(delay)
+        await asyncio.sleep(delay)
+
+    judge.sleep = record
+    b = run(judge, answered(), p)
+    assert b.accuracy == 1.0 and b.details["judge_attempts"] == 2
+    assert delays == [0.3]  # the server's wait, not the 0.01 s backoff

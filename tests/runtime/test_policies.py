@@ -175,7 +175,7 @@ def test_openai_policy_gives_up_with_policy_error(completions_server):
         finally:
             await policy.aclose()
 
-    with pytest.raises(PolicyError, match=r"failed after 2 attempts \(HTTP 503\)"):
+    with pytest.raises(PolicyError, match=r"failed: HTTP 503 \(after 2 attempts\)"):
         asyncio.run(go())
 
 

@@ -20,6 +20,7 @@ def make_scrape(allow: list[str] | None = None, **overrides: Any) -> ScrapeTool:
     tool = build_tools({"scrape": spec})["scrape"]
     assert isinstance(tool, ScrapeTool)
     tool.backoff_s = 0.01
+    tool.jitter = 0.0  # exact waits, so tests can check the exponential schedule
     return tool
 
 

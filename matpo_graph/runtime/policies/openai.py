@@ -4,15 +4,26 @@ The prompt goes out as token ids, and token ids come back when the server can re
 ``return_tokens_as_token_ids`` writes each sampled token as ``token_id:<n>`` in the logprobs. A server
 that only returns text is supported with a local tokenizer, but its ids are then re-tokenised text
 (marked ``finish_reason`` suffix ``+retokenised``), which is fine for evaluation and wrong for training.
-The API key is read from an environment variable and never logged or stored.
+The API key is read from an environment variable and never logged or stored. Connection errors, 429 and
+5xx are retried with backoff, jitter and the server's ``Retry-After``, within a total deadline
+(matpo_graph.retry).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from typing import Any
 
+from matpo_graph.retry import (
+    RetryableError,
+    RetryExhausted,
+    RetryPolicy,
+    is_retryable_status,
+    retry_after_from_headers,
+    retry_async,
+)
 from matpo_graph.runtime.policy import Generation, PolicyError, SamplingParams
 
 __all__ = ["OpenAIPolicy"]
@@ -28,8 +39,10 @@ class OpenAIPolicy:
         model: model name sent to the server; asked from ``/models`` when omitted.
         api_key_env: environment variable holding the API key (optional).
         tokenizer: a :class:`~matpo_graph.runtime.chat.ChatTokenizer` for servers that return text only.
-        timeout_s: request timeout.
+        timeout_s: request timeout (one attempt).
         retries: retries on connection errors, 429 and 5xx.
+        backoff_s: wait before the first retry (doubling, with jitter, never below the server's Retry-After).
+        deadline_s: bound on one request's attempts and waits together.
     """
 
     def __init__(
@@ -41,6 +54,8 @@ class OpenAIPolicy:
         tokenizer: Any = None,
         timeout_s: float = 300.0,
         retries: int = 2,
+        backoff_s: float = 0.5,
+        deadline_s: float | None = 900.0,
     ) -> None:
         import httpx
 
@@ -48,6 +63,9 @@ class OpenAIPolicy:
         self.model = model
         self.tokenizer = tokenizer
         self.retries = retries
+        self.retry_policy = RetryPolicy(retries=retries, backoff_s=backoff_s, deadline_s=deadline_s)
+        self.sleep = asyncio.sleep
+        """How waits between attempts happen (replaceable, e.g. to observe the delays chosen)."""
         headers = {}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -59,23 +77,24 @@ class OpenAIPolicy:
     async def _post(self, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         import httpx
 
-        last: str = ""
-        for _attempt in range(self.retries + 1):
+        async def once(_n: int) -> dict[str, Any]:
             try:
                 resp = await (self._client.post(path, json=payload) if payload is not None else self._client.get(path))
             except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if resp.status_code == 429 or resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}"
-                continue
+                raise RetryableError(f"{type(exc).__name__}: {exc}") from None
+            if is_retryable_status(resp.status_code):
+                raise RetryableError(f"HTTP {resp.status_code}", retry_after=retry_after_from_headers(resp.headers))
             if resp.status_code >= 400:
                 raise PolicyError(f"{path}: HTTP {resp.status_code}: {resp.text[:300]}")
             try:
                 return resp.json()
             except ValueError as exc:
                 raise PolicyError(f"{path}: response is not JSON") from exc
-        raise PolicyError(f"{path}: failed after {self.retries + 1} attempts ({last})")
+
+        try:
+            return await retry_async(once, self.retry_policy, sleep=self.sleep)
+        except RetryExhausted as exc:
+            raise PolicyError(f"{path}: failed: {exc}") from None
 
     async def _model_name(self) -> str:
         if self.model is None:
