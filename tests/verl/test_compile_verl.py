@@ -73,8 +73,10 @@ def test_compile_verl_output_is_deterministic_and_relocatable(tmp_path: Path) ->
         (lambda g: g["roles"]["planner"].update(trainable=False), "roles.planner.trainable", "root"),
         (lambda g: g["credit"].update(epsilon=1e-3), "credit.epsilon", "1e-06"),
         (lambda g: g["credit"].update(group_size=1, single_member="zero"), "credit.single_member", "group of one"),
+        (lambda g: g["credit"].update(kl={"coef": 0.01, "estimator": "k3"}), "credit.kl.coef", "per tree"),
+        (lambda g: g["credit"].update(loss_agg="seq_mean_token_mean"), "credit.loss_agg", "padding rows"),
     ],
-    ids=["strategy", "temperature", "untrained-root", "epsilon", "single-member"],
+    ids=["strategy", "temperature", "untrained-root", "epsilon", "single-member", "kl-with-tree-mean", "seq-mean"],
 )
 def test_compile_verl_rejects_what_verl_cannot_express(tmp_path: Path, edit, path: str, words: str) -> None:  # type: ignore[no-untyped-def]
     variant = _variant(tmp_path, edit)
@@ -105,7 +107,7 @@ def test_graph_overrides_compose_with_verl_config(tmp_path: Path) -> None:
     assert cfg.trainer.use_v1 is True and cfg.trainer.v1.trainer_mode == "matpo"
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.algorithm.norm_adv_by_std_in_grpo is True
     assert arr.rollout.name == "vllm" and arr.rollout.n == plan.group_size == 4
-    assert cfg.data.max_prompt_length + cfg.data.max_response_length == program.context_tokens
+    assert cfg.data.max_response_length == program.context_tokens  # a response never loses trained tokens
     assert arr.rollout.prompt_length == cfg.data.max_prompt_length  # veRL derives these from data.*
     assert arr.actor.loss_agg_mode == "token-mean" and cfg.matpo.loss_agg == "tree_token_mean"
     assert arr.actor.clip_ratio_low == plan.clip_ratio_low and arr.actor.clip_ratio_high == plan.clip_ratio_high
@@ -122,13 +124,13 @@ def test_graph_overrides_compose_with_verl_config(tmp_path: Path) -> None:
 
 def test_graph_overrides_map_kl_and_dual_clip(tmp_path: Path) -> None:
     def edit(g):  # type: ignore[no-untyped-def]
-        g["credit"].update(dual_clip=3.5, kl={"coef": 0.01, "estimator": "k1"}, loss_agg="seq_mean_token_mean", normalization="mean_only")
+        g["credit"].update(dual_clip=3.5, kl={"coef": 0.01, "estimator": "k1"}, loss_agg="token_mean", normalization="mean_only")
 
     program, plan, bundle = compile_tiny(tmp_path / "b", _variant(tmp_path, edit))
     cfg = compose_verl(graph_overrides(program, plan, bundle_dir=str(bundle.root)))
     actor = cfg.actor_rollout_ref.actor
     assert actor.clip_ratio_c == 3.5 and actor.use_kl_loss is True and actor.kl_loss_coef == 0.01
-    assert actor.kl_loss_type == "kl" and actor.loss_agg_mode == "seq-mean-token-mean"
+    assert actor.kl_loss_type == "kl" and actor.loss_agg_mode == "token-mean"
     assert cfg.algorithm.norm_adv_by_std_in_grpo is False
 
 

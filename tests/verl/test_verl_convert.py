@@ -15,7 +15,7 @@ pytest.importorskip("verl")
 
 from matpo_graph.core.reward import score_tree, with_reward  # noqa: E402
 from matpo_graph.core.rollout import ChatMessage, RewardBreakdown, RolloutTree, Trajectory  # noqa: E402
-from matpo_graph.verl_target.convert import split_trajectory, tree_outputs  # noqa: E402
+from matpo_graph.verl_target.convert import TrainedTokensCut, split_trajectory, tree_outputs  # noqa: E402
 
 from verl_helpers import MemoryKV, compile_tiny, compose_verl, patch_transfer_queue, verl_advantages, verl_postprocess  # noqa: E402
 
@@ -93,15 +93,29 @@ def test_tree_outputs_leave_out_untrained_roles_but_keep_the_root(hf_tokenizer) 
     assert [o.extra_fields["matpo_traj_id"] for o in outputs] == ["0"]
 
 
-def test_split_trajectory_cuts_long_prompts_and_responses(hf_tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_split_trajectory_moves_a_long_prompt_into_the_response_untrained(hf_tokenizer) -> None:  # type: ignore[no-untyped-def]
     traj = _tree(hf_tokenizer, 1, 0, "Tesk", "u", 0).root
-    short = split_trajectory(traj, prompt_length=5, response_length=10)
-    assert len(short.prompt_ids) == 5 and len(short.response_ids) == 10
-    assert short.truncated == len(traj.token_ids) - 15
-    assert short.response_mask == traj.loss_mask[5:15]  # the rest of the prompt rides along, untrained
-    assert sum(short.response_mask) <= traj.num_trained_tokens
+    row = split_trajectory(traj, prompt_length=5, response_length=len(traj.token_ids))
+    assert len(row.prompt_ids) == 5 and row.prompt_ids + row.response_ids == traj.token_ids
+    assert row.truncated == 0 and row.response_mask == traj.loss_mask[5:]  # the rest of the prompt rides along, untrained
+    assert sum(row.response_mask) == traj.num_trained_tokens  # every trained token stays in the loss
     frozen = split_trajectory(traj, prompt_length=512, response_length=512, trained=False)
     assert not any(frozen.response_mask) and not any(frozen.response_logprobs)
+
+
+def test_split_trajectory_never_drops_trained_tokens(hf_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    traj = _tree(hf_tokenizer, 1, 0, "Tesk", "u", 0).root
+    last_trained = max(i for i, m in enumerate(traj.loss_mask) if m)
+    response_needed = len(traj.token_ids) - 5
+    with pytest.raises(TrainedTokensCut, match=rf"data.max_response_length >= {response_needed}"):
+        split_trajectory(traj, prompt_length=5, response_length=last_trained - 5)  # the last trained token is past it
+    # An untrained tail (a tool result after the last generation) may be cut; it is counted.
+    tail = len(traj.token_ids) - 1 - last_trained
+    if tail:
+        row = split_trajectory(traj, prompt_length=5, response_length=last_trained + 1 - 5)
+        assert row.truncated == tail and sum(row.response_mask) == traj.num_trained_tokens
+    frozen = split_trajectory(traj, prompt_length=5, response_length=3, trained=False)  # nothing trained to lose
+    assert frozen.truncated == len(traj.token_ids) - 8
 
 
 def test_verl_v1_postprocess_and_grpo_broadcast_each_root_advantage(hf_tokenizer, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ import yaml
 pytest.importorskip("verl")
 
 from matpo_graph.cli import main  # noqa: E402
-from matpo_graph.verl_target.launch import launch_verl, prepare_verl_run  # noqa: E402
+from matpo_graph.verl_target.launch import Warmstart, launch_verl, prepare_verl_run  # noqa: E402
 
 from verl_helpers import TINY_GRAPH  # noqa: E402
 
@@ -22,7 +22,8 @@ def test_prepare_verl_run_writes_bundle_data_and_picks_the_embedded_model(tmp_pa
 
     from matpo_graph.env.world import build_world
 
-    run = prepare_verl_run(TINY_GRAPH, ["trainer.total_training_steps=2"], tmp_path / "run", env_seed=0)
+    run = prepare_verl_run(TINY_GRAPH, ["trainer.total_training_steps=2"], tmp_path / "run", env_seed=0,
+                           warmstart=Warmstart("none"))
     assert run.argv == ["bash", str(run.bundle_dir / "launch.sh"), "trainer.total_training_steps=2"]
     assert (run.bundle_dir / "agent_loop.yaml").is_file() and run.cwd == (tmp_path / "run").resolve()
     assert Path(run.env["MODEL_PATH"]) == model_dir
@@ -30,6 +31,33 @@ def test_prepare_verl_run_writes_bundle_data_and_picks_the_embedded_model(tmp_pa
     assert [r["extra_info"]["question"] for r in train] == [q.question for q in build_world(0).questions["train"]]
     assert Path(run.env["VAL_FILES"]).name == "dev.parquet"
     assert run.env["CHECKPOINT_DIR"] == str((tmp_path / "run" / "checkpoints").resolve())
+
+
+def test_prepare_verl_run_starts_from_an_existing_warm_up(tmp_path: Path) -> None:
+    warm = tmp_path / "run" / "warmup" / "model"
+    warm.mkdir(parents=True)
+    (warm / "config.json").write_text("{}")
+    run = prepare_verl_run(TINY_GRAPH, [], tmp_path / "run")  # auto: the cached warm-up, not a new one
+    assert Path(run.env["MODEL_PATH"]) == warm.resolve()
+
+
+def test_cpu_bundle_exports_the_cpu_platform_and_its_overrides_compose(tmp_path: Path) -> None:
+    from matpo_graph.compilers.verl import CPU_ENVIRONMENT, CPU_OVERRIDES
+
+    from verl_helpers import compose_verl
+
+    run = prepare_verl_run(TINY_GRAPH, ["data.train_files=/d/t.parquet", "actor_rollout_ref.model.path=/m"],
+                           tmp_path / "run", device="cpu")
+    script = (run.bundle_dir / "launch.sh").read_text()
+    assert "unset CUDA_VISIBLE_DEVICES" in script
+    for key, value in CPU_ENVIRONMENT:
+        assert f"export {key}=${{{key}:-{value}}}" in script
+    assert script.rstrip().endswith('"${graph_args[@]}" "${run_args[@]}" "${cpu_args[@]}" "$@"')  # the user's overrides win
+    cfg = compose_verl(list(CPU_OVERRIDES))
+    assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.actor.strategy == "fsdp2"
+    assert cfg.actor_rollout_ref.rollout.enable_sleep_mode is False and cfg.ray_kwargs.ray_init.num_gpus == 1
+    cuda = prepare_verl_run(TINY_GRAPH, ["data.train_files=/d/t.parquet", "actor_rollout_ref.model.path=/m"], tmp_path / "gpu")
+    assert "cpu_args" not in (cuda.bundle_dir / "launch.sh").read_text() and "VERL_PLATFORM" not in (cuda.bundle_dir / "launch.sh").read_text()
 
 
 def test_prepare_verl_run_leaves_given_data_and_model_alone(tmp_path: Path) -> None:
@@ -59,9 +87,21 @@ def test_train_engine_verl_stops_clearly_without_a_gpu(tmp_path: Path, capsys) -
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the run would start")
-    code = main(["train", str(TINY_GRAPH), "data.train_files=/d/t.parquet", "--engine", "verl", "--out", str(tmp_path / "run")])
+    code = main(["train", str(TINY_GRAPH), "data.train_files=/d/t.parquet", "actor_rollout_ref.model.path=/m",
+                 "--engine", "verl", "--device", "cuda", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2
     assert "GPU" in err and "launch.sh" in err and str((tmp_path / "run" / "bundle").resolve()) in err
-    assert launch_verl(tmp_path / "missing.yaml", [], tmp_path / "run2") == 2
+    assert "--device cpu" in err
+    assert launch_verl(tmp_path / "missing.yaml", [], tmp_path / "run2", device="cuda") == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_cpu_device_refuses_another_verl_version_before_any_work(tmp_path: Path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.9.2" if name == "verl" else real(name))
+    assert launch_verl(TINY_GRAPH, [], tmp_path / "run", device="cpu") == 2
+    assert "patches veRL 0.9.1; found veRL 0.9.2" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
