@@ -10,7 +10,7 @@ so :class:`BoundedSandbox`:
 - checks the size a join, concatenation (``~``), replace, padding, ``%``/``format`` or wrap would
   produce before doing it, for filters and for string methods alike; numeric arguments of filters
   are capped at :data:`MAX_FILTER_INT`;
-- caps captured blocks and macro output (``environment.concat``) and the rendered text at
+- caps captured blocks and macro output (their buffers, as pieces arrive) and the rendered text at
   :data:`MAX_OUTPUT_CHARS`;
 - is immutable (templates cannot change lists or dicts they are given) and compiles without
   constant folding, so nothing is evaluated while a template is checked or compiled;
@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import string
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from functools import wraps
@@ -42,6 +43,7 @@ __all__ = [
     "MAX_INT_BITS",
     "MAX_OUTPUT_CHARS",
     "MAX_RANGE",
+    "MAX_TOTAL_CHARS",
     "MAX_TEMPLATE_CHARS",
     "MAX_VALUE_CHARS",
     "RENDER_SECONDS",
@@ -62,6 +64,8 @@ MAX_FILTER_INT = 10_000
 """Largest number a filter or padding method accepts as an argument (widths, counts, indents)."""
 MAX_RANGE = 100_000
 """Most items of range()."""
+MAX_TOTAL_CHARS = 20_000_000
+"""Most characters (or items) all the checked operations of one render may produce together."""
 RENDER_SECONDS = 2.0
 """Wall-clock limit of one compile or render."""
 
@@ -83,6 +87,21 @@ def _measure(value: Any) -> int:
     return 0
 
 
+_BUDGET = threading.local()
+
+
+def _charge(size: int) -> None:
+    """Count what one render (or compile) has produced so far; values kept in lists or namespaces
+    across a loop are each within MAX_VALUE_CHARS, but together they must stay within MAX_TOTAL_CHARS."""
+    used = getattr(_BUDGET, "used", None)
+    if used is None:  # outside within_deadline (e.g. a direct call in a test): nothing to count against
+        return
+    used += size
+    _BUDGET.used = used
+    if used > MAX_TOTAL_CHARS:
+        raise _too_big("everything this template computed", used, MAX_TOTAL_CHARS)
+
+
 def _check(value: T) -> T:
     if isinstance(value, bool):
         return value
@@ -93,6 +112,7 @@ def _check(value: T) -> T:
     size = _measure(value)
     if size > MAX_VALUE_CHARS:
         raise _too_big("a value", size, MAX_VALUE_CHARS)
+    _charge(size)
     return value
 
 
@@ -254,8 +274,46 @@ def _check_method_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
     return args
 
 
+class _BoundedBuffer(list[Any]):
+    """The output buffer of a captured block, macro or call block: refuses more than MAX_OUTPUT_CHARS
+    as pieces arrive (a loop inside a block would otherwise pile up pieces until the deadline)."""
+
+    _size = 0
+
+    def append(self, piece: Any) -> None:
+        self._size += len(piece) if isinstance(piece, str) else 0
+        if self._size > MAX_OUTPUT_CHARS:
+            raise _too_big("captured template output", self._size, MAX_OUTPUT_CHARS)
+        super().append(piece)
+
+    def extend(self, pieces: Iterable[Any]) -> None:
+        for piece in pieces:
+            self.append(piece)
+
+
 class _BoundedCodeGenerator(CodeGenerator):
-    """Compiles `a ~ b` into a size-checked join instead of Jinja's unchecked one."""
+    """Compiles `a ~ b` into a size-checked join, slices into checked getitem calls, and block
+    buffers into size-checked lists."""
+
+    def buffer(self, frame: Frame) -> None:
+        frame.buffer = self.temporary_identifier()
+        self.writeline(f"{frame.buffer} = environment.bounded_buffer()")
+
+    def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:
+        """Jinja compiles `x[a:b]` to a bare subscript; route slices through the (checking) getitem too."""
+        if not isinstance(node.arg, nodes.Slice):
+            super().visit_Getitem(node, frame)
+            return
+        self.write("environment.getitem(")
+        self.visit(node.node, frame)
+        self.write(", slice(")
+        for i, part in enumerate((node.arg.start, node.arg.stop, node.arg.step)):
+            self.write(", " if i else "")
+            if part is None:
+                self.write("None")
+            else:
+                self.visit(part, frame)
+        self.write("))")
 
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
         self.write("environment.bounded_str_join((")
@@ -293,12 +351,22 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         args = _check_method_call(__obj, args, kwargs)
         return _check(super().call(__context, __obj, *args, **kwargs))
 
+    @staticmethod
+    def bounded_buffer() -> list[Any]:
+        """A fresh output buffer for a block or macro (see _BoundedBuffer)."""
+        return _BoundedBuffer()
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        value = super().getitem(obj, argument)
+        return _check(value) if isinstance(argument, slice) else value  # a slice is a new value
+
     def bounded_str_join(self, parts: Iterable[Any]) -> str:
         """`a ~ b ~ c`: refused when the result would exceed MAX_VALUE_CHARS."""
         texts = [str(p) for p in parts]
         size = sum(map(len, texts))
         if size > MAX_VALUE_CHARS:
             raise _too_big("a concatenation", size, MAX_VALUE_CHARS)
+        _charge(size)
         return "".join(texts)
 
     def concat(self, pieces: Iterable[str]) -> str:  # type: ignore[override]
@@ -337,6 +405,8 @@ def within_deadline(fn: Callable[[], T], seconds: float = RENDER_SECONDS) -> T:
         return local if frame.f_code.co_filename == _TEMPLATE_FILE else None
 
     previous = sys.gettrace()
+    outer_budget = getattr(_BUDGET, "used", None)
+    _BUDGET.used = 0 if outer_budget is None else outer_budget
     sys.settrace(tracer)
     try:
         return fn()
@@ -346,3 +416,4 @@ def within_deadline(fn: Callable[[], T], seconds: float = RENDER_SECONDS) -> T:
         raise TemplateLimitError("template limit: out of memory") from None
     finally:
         sys.settrace(previous)
+        _BUDGET.used = outer_budget
