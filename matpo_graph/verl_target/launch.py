@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["VerlRun", "Warmstart", "default_device", "device_problem", "launch_verl", "prepare_verl_run"]
+__all__ = ["LOG_FILE", "VerlRun", "Warmstart", "default_device", "device_problem", "launch_verl", "prepare_verl_run"]
 
 
 @dataclass
@@ -195,5 +195,22 @@ def launch_verl(
             file=sys.stderr,
         )
         return 2
-    print(f"veRL bundle: {run.bundle_dir} (device {device})", flush=True)
-    return subprocess.call(run.argv, env={**os.environ, **run.env}, cwd=run.cwd)
+    print(f"veRL bundle: {run.bundle_dir} (device {device}); log: {run.cwd / LOG_FILE}", flush=True)
+    return _run_logged(run.argv, {**os.environ, **run.env}, run.cwd, run.cwd / LOG_FILE)
+
+
+LOG_FILE = "verl.log"
+"""veRL's console output, appended by every launch (a resumed run adds to it); `matpo-graph report` reads it."""
+
+
+def _run_logged(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> int:
+    """Run `argv`, echoing its output and appending it to `log`; returns the exit status."""
+    with open(log, "ab") as sink:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            sink.write(line)
+            sink.flush()
+            sys.stdout.buffer.write(line)
+            sys.stdout.flush()
+        return proc.wait()
