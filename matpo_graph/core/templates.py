@@ -156,7 +156,7 @@ def _compiled(source: str) -> jinja2.Template:
     return within_deadline(lambda: _ENV.from_string(source))
 
 
-def _bounded_render(template: jinja2.Template, variables: dict[str, Any]) -> str:
+def _bounded_render(template: jinja2.Template, variables: dict[str, Any], seconds: float | None = None) -> str:
     def run() -> str:
         out: list[str] = []
         size = 0
@@ -167,10 +167,10 @@ def _bounded_render(template: jinja2.Template, variables: dict[str, Any]) -> str
             out.append(piece)
         return "".join(out)
 
-    return within_deadline(run)
+    return within_deadline(run) if seconds is None else within_deadline(run, seconds)
 
 
-def render(source: str, variables: dict[str, Any], *, base_dir: Path | None = None) -> str:
+def render(source: str, variables: dict[str, Any], *, base_dir: Path | None = None, timeout_s: float | None = None) -> str:
     """Render a template source with the given variables, within the limits of
     :mod:`matpo_graph.core.template_limits` (time, output and value sizes).
 
@@ -178,6 +178,7 @@ def render(source: str, variables: dict[str, Any], *, base_dir: Path | None = No
         source: Jinja text. Compiled program templates have their includes inlined already.
         variables: the runtime variables (see ``matpo_graph.core.program``).
         base_dir: folder that ``{% include %}`` names resolve against; without it includes fail.
+        timeout_s: a shorter deadline than the default RENDER_SECONDS (validation shares one budget).
 
     Raises:
         jinja2.UndefinedError: the template uses a variable not in `variables`.
@@ -186,10 +187,10 @@ def render(source: str, variables: dict[str, Any], *, base_dir: Path | None = No
             :class:`TemplateLimitError` (a SecurityError) when it asked for too much work.
     """
     if base_dir is None:
-        return _bounded_render(_compiled(source), variables)
+        return _bounded_render(_compiled(source), variables, timeout_s)
     _check_length(source)
     env = make_environment(base_dir)
-    return _bounded_render(within_deadline(lambda: env.from_string(source)), variables)
+    return _bounded_render(within_deadline(lambda: env.from_string(source)), variables, timeout_s)
 
 
 def parse(source: str) -> nodes.Template:

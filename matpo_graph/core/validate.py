@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from pydantic import TypeAdapter, ValidationError
 from matpo_graph.core.errors import SpecIssue, did_you_mean
 from matpo_graph.core.program import RUNTIME_VARIABLES
 from matpo_graph.core.spec import CreditSpec, Edge, ExampleMessage, Graph, Limits, RewardSpec, Role, TemplateRef, ToolSpec
-from matpo_graph.core.template_limits import TemplateLimitError
+from matpo_graph.core.template_limits import RENDER_SECONDS, TemplateLimitError
 from matpo_graph.core.templates import TemplateIncludeError, read_inside, render, resolve_template, undeclared_variables
 from matpo_graph.core.trust import TrustPolicy, active_trust, is_code_ref, literal_host_problem
 
@@ -326,8 +327,13 @@ def _schema_issues(g: Partial) -> list[SpecIssue]:
 # --------------------------------------------------------------------------- templates
 
 
+VALIDATE_RENDER_SECONDS = 10.0
+"""Total time the trial renders of one graph may take (each also within the runtime's own deadline)."""
+
+
 def _template_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
     out: list[SpecIssue] = []
+    budget_ends = time.monotonic() + VALIDATE_RENDER_SECONDS
     allowed = sorted(RUNTIME_VARIABLES)
     for rname, role in g.roles.items():
         if role is None:
@@ -363,7 +369,12 @@ def _template_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
                 hint = did_you_mean(var, allowed) or f"available: {', '.join(allowed)}"
                 out.append(SpecIssue.at("undefined-template-variable", loc, f"{where} uses undefined variable {var!r}", hint))
             if not unknown:
-                out.extend(_trial_render(g, rname, source, loc, where))
+                left = budget_ends - time.monotonic()
+                if left <= 0:
+                    out.append(SpecIssue.at("template-limit", loc, f"{where}: not checked: the graph's templates used up "
+                                            f"the {VALIDATE_RENDER_SECONDS:g}s validation allows"))
+                    continue
+                out.extend(_trial_render(g, rname, source, loc, where, left))
     return out
 
 
@@ -404,14 +415,14 @@ def sample_variables(g: Partial, role: str) -> dict[str, Any]:
     }
 
 
-def _trial_render(g: Partial, role: str, source: str, loc: Loc, where: str) -> list[SpecIssue]:
+def _trial_render(g: Partial, role: str, source: str, loc: Loc, where: str, seconds: float) -> list[SpecIssue]:
     """Render once with sample values under the runtime's limits.
 
     Exceeding a limit is an error: the runtime would refuse the same template. Other failures
     depend on the values (an argument the sample call lacks, say) and are warnings.
     """
     try:
-        render(source, sample_variables(g, role))
+        render(source, sample_variables(g, role), timeout_s=min(seconds, RENDER_SECONDS))
     except (TemplateLimitError, RecursionError, MemoryError) as exc:
         text = str(exc) if isinstance(exc, TemplateLimitError) else f"template limit: {type(exc).__name__}"
         return [SpecIssue.at("template-limit", loc, f"{where}: {text}")]
