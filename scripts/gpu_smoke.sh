@@ -39,7 +39,7 @@ set +e
   trainer.test_freq=-1 \
   trainer.save_freq=-1 \
   "$@" \
-  --engine verl --out "$OUT" 2>&1 | tee "$OUT/smoke.log"
+  --engine verl --device cuda --out "$OUT" 2>&1 | tee "$OUT/smoke.log"
 status=${PIPESTATUS[0]}
 set -e
 
