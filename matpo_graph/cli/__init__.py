@@ -20,6 +20,7 @@ VERB_MODULES: tuple[str, ...] = (
     "env_verbs",  # env serve / env build
     "credit_verbs",  # credit
     "train_verbs",  # train, eval, report
+    "export_verbs",  # export
     "sft_verbs",  # sft, demos
     "data_verbs",  # data to-parquet, data show
     "viz_verbs",  # viz, show

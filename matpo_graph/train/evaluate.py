@@ -15,28 +15,28 @@ from matpo_graph.train.rollout_metrics import rollout_metrics
 __all__ = ["evaluate_cli", "run_evaluation"]
 
 
-def _run_folder_model(run_dir: Path, cfg: TrainConfig) -> tuple[Path, Path | None]:
-    """(engine start folder, checkpoint weights file or None) for a run folder."""
-    from matpo_graph.runtime.models import resolve_model
-    from matpo_graph.train.checkpoint import latest_checkpoint
+def _run_folder_model(run_dir: Path, cfg: TrainConfig) -> tuple[Path, dict[str, Any] | None]:
+    """(engine start folder, the latest checkpoint's weights with LoRA merged, or None) for a run folder."""
+    from matpo_graph.train.export import checkpoint_base, merged_state_dict
 
-    sft = run_dir / "sft" / "model"
-    base = sft if (sft / "config.json").exists() else resolve_model(cfg.model)
-    ckpt = latest_checkpoint(run_dir)
-    return base, (ckpt / "model.safetensors") if ckpt is not None else None
+    return checkpoint_base(run_dir), merged_state_dict(run_dir)
 
 
 def run_evaluation(
-    program: Any, plan: Any, cfg: TrainConfig, *, model_dir: Path, weights: Path | None, n: int, samples: int,
+    program: Any, plan: Any, cfg: TrainConfig, *, model_dir: Path, weights: Path | dict[str, Any] | None, n: int,
+    samples: int,
 ) -> tuple[dict[str, float], list[Any]]:
-    """Evaluate and return (metrics, all evaluated trees)."""
+    """Evaluate and return (metrics, all evaluated trees); `weights` (a safetensors file or a state dict in the
+    model's own names) are loaded into the engine first."""
     from matpo_graph.train.session import RolloutSession
 
     with RolloutSession(program, cfg, model_dir=model_dir, plan=plan) as session:
         if weights is not None:
-            from safetensors.torch import load_file
+            if isinstance(weights, Path):
+                from safetensors.torch import load_file
 
-            session.load_weights(load_file(str(weights)))
+                weights = load_file(str(weights))
+            session.load_weights(weights)
         items = session.eval_questions()[:n]
         greedy = session.score(session.rollout_groups(items, group_size=1, step=0, temperature=0.0, tag="eg"), plan)
         sampled = session.score(session.rollout_groups(items, group_size=samples, step=0, tag="es"), plan) if samples else []

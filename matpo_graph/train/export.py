@@ -1,0 +1,146 @@
+"""`matpo-graph export`: a run's trained policy as a Hugging Face model folder that transformers and vLLM load.
+
+RL checkpoints hold the trainer's raw state dict (with LoRA: peft's wrapped names and the adapter
+matrices beside the frozen base). Export rebuilds the model the run started from (its warm-up model, or
+the base model), loads the checkpoint, merges LoRA into the base weights, and writes a plain model
+folder: config, safetensors weights, generation config, tokenizer and chat template, plus
+``matpo_graph_export.json`` saying where it came from. :func:`merged_state_dict` is the same merge for
+code that wants the weights in memory (evaluation of a LoRA run).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["ExportError", "checkpoint_base", "export_model", "merged_state_dict"]
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+_MARKER = "matpo_graph_export.json"
+
+
+class ExportError(RuntimeError):
+    """The run folder has nothing to export, or its checkpoint does not fit the model it names."""
+
+
+def _train_config(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "train_config.json"
+    if not path.is_file():
+        raise ExportError(f"{run_dir}: not a run folder (no train_config.json)")
+    return json.loads(path.read_text())
+
+
+def checkpoint_base(run_dir: Path) -> Path:
+    """The model folder a run's RL started from: its warm-up model, else its base model."""
+    from matpo_graph.runtime.models import resolve_model
+
+    sft = run_dir / "sft" / "model"
+    if (sft / "config.json").is_file():
+        return sft
+    return resolve_model(_train_config(run_dir).get("model") or None)
+
+
+def _pick_checkpoint(run_dir: Path, step: int | None) -> Path | None:
+    from matpo_graph.train.checkpoint import latest_checkpoint
+
+    if step is None:
+        return latest_checkpoint(run_dir)
+    path = run_dir / "checkpoints" / f"step_{step:06d}"
+    if not (path / "model.safetensors").is_file():
+        have = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) if (run_dir / "checkpoints").is_dir() else []
+        raise ExportError(f"{run_dir}: no checkpoint for step {step} (have: {', '.join(have) or 'none'})")
+    return path
+
+
+def _load_merged(base_dir: Path, weights: dict[str, Any], lora_rank: int) -> Any:
+    """The base model with the checkpoint's weights loaded and any LoRA merged in (a plain HF model)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    is_lora = any("lora_A" in k for k in weights)
+    if is_lora:
+        from peft import LoraConfig, get_peft_model
+
+        rank = lora_rank or next(v.shape[0] for k, v in weights.items() if "lora_A" in k)
+        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear",
+                                                 lora_dropout=0.0))
+    result = model.load_state_dict(weights, strict=False)
+    missing = [k for k in result.missing_keys if "lora_" in k or not is_lora]
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
+    if missing or result.unexpected_keys:
+        raise ExportError(f"the checkpoint does not fit {base_dir}: missing {missing[:5]}, "
+                          f"unexpected {list(result.unexpected_keys)[:5]}")
+    if is_lora:
+        model = model.merge_and_unload()
+    return model
+
+
+def merged_state_dict(run_dir: Path, *, step: int | None = None) -> dict[str, Any] | None:
+    """A run's checkpoint weights in the base model's names with LoRA merged (None: no checkpoint yet)."""
+    from safetensors.torch import load_file
+
+    run_dir = Path(run_dir)
+    ckpt = _pick_checkpoint(run_dir, step)
+    if ckpt is None:
+        return None
+    weights = load_file(str(ckpt / "model.safetensors"))
+    if not any("lora_" in k for k in weights):
+        return weights
+    model = _load_merged(checkpoint_base(run_dir), weights, int(_train_config(run_dir).get("lora_rank") or 0))
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    if "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    return state
+
+
+def export_model(run_dir: Path, out_dir: Path, *, step: int | None = None, dtype: Dtype = "float32",
+                 overwrite: bool = False) -> Path:
+    """Write RUN_DIR's policy (the latest checkpoint, or `step`) as a HF model folder; returns it.
+
+    A run without RL checkpoints exports its warm-up model. LoRA is merged.
+
+    Raises:
+        ExportError: not a run folder, nothing to export, a checkpoint that does not fit its base model,
+            or `out_dir` exists and is not empty (without `overwrite`).
+    """
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    cfg = _train_config(run_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise ExportError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
+        shutil.rmtree(out_dir)
+    base = checkpoint_base(run_dir)
+    ckpt = _pick_checkpoint(run_dir, step)
+    if ckpt is None and base != run_dir / "sft" / "model":
+        raise ExportError(f"{run_dir}: no checkpoint yet and no warm-up model; nothing trained to export")
+    if ckpt is not None:
+        weights = load_file(str(ckpt / "model.safetensors"))
+        model = _load_merged(base, weights, int(cfg.get("lora_rank") or 0))
+        state = json.loads((ckpt / "state.json").read_text())
+        source = {"checkpoint": ckpt.name, "step": int(state.get("step", 0))}
+    else:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
+        source = {"checkpoint": None, "step": 0}
+    model = model.to(getattr(torch, dtype))
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(tmp))
+    (tmp / _MARKER).write_text(json.dumps({
+        "run": str(run_dir.resolve()), "base_model": str(base), "lora_merged": bool(cfg.get("lora_rank")),
+        "dtype": dtype, **source}, indent=2))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists():
+        out_dir.rmdir()
+    tmp.rename(out_dir)
+    return out_dir
