@@ -69,6 +69,17 @@ class TrainConfig(BaseModel):
         "The CPU default keeps a step within minutes; use 0 on a GPU.",
     )
     lora_rank: int = Field(default=0, ge=0, description="LoRA rank (peft); 0 trains all weights.")
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        default="auto",
+        description="Matmuls of the RL update's decoder layers (and the warm-up's): bf16 autocast (weights, optimizer, "
+        "final norm and vocabulary projection stay float32) or fp32; auto picks bf16 where the CPU has native bf16.",
+    )
+    old_logprobs: Literal["trainer", "engine"] = Field(
+        default="trainer",
+        description="Old logprobs of the PPO ratio: recomputed by the trainer before the step's first update (the first "
+        "mini-batch's ratio is then exactly 1 whatever the precision), or the engine's sampling logprobs. The gap between "
+        "the two is logged either way (matpo/engine_trainer_logprob_gap).",
+    )
     eval_every: int = Field(default=0, ge=0, description="Evaluate on the held-out split every K steps (0: only at the end when eval_questions > 0).")
     eval_questions: int = Field(default=4, ge=0, description="Held-out questions per evaluation.")
     checkpoint_every: int = Field(default=1, ge=1, description="Write a checkpoint every N steps.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,9 @@ import torch
 
 from matpo_graph.core.program import CreditPlan
 from matpo_graph.core.rollout import RolloutTree
-from matpo_graph.train.batch import pack_trees, plan_updates
+from matpo_graph.train.batch import PackedBatch, pack_trees, plan_updates, split_minibatches
 from matpo_graph.train.config import TrainConfig
+from matpo_graph.train.forward import ForwardEngine, chunk_rows
 from matpo_graph.train.loss import LossConfig, policy_loss, token_logprobs
 
 __all__ = ["PolicyOptimizer", "load_causal_lm"]
@@ -93,11 +95,33 @@ class PolicyOptimizer:
         self.role_temperatures = {r: default if t is None else (t if t > 0 else 1.0) for r, t in (role_temperatures or {}).items()}
         self.temperature = default
         self.skip_zero_signal = True  # see _zero_signal_step
+        # The forward engine (unpadded rows, shared prefixes once, frozen stack without autograd, bf16 where
+        # native); None falls back to the padded whole-row path (models the engine does not know, benchmarks).
+        self.forward: ForwardEngine | None = None
+        self.ref_forward: ForwardEngine | None = None
+        try:
+            self.forward = ForwardEngine(self.model, precision=cfg.precision)
+            if self.ref_model is not None:
+                self.ref_forward = ForwardEngine(self.ref_model, precision=cfg.precision)
+        except TypeError:
+            self.forward = None
+
+    def use_padded_reference(self) -> None:
+        """Train through the padded, whole-row float32 path instead of the forward engine (the reference
+        the engine is checked and benchmarked against)."""
+        self.forward = None
+        self.ref_forward = None
 
     def train_step(self, trees: list[RolloutTree]) -> dict[str, float]:
         """One RL step's update: `optimizer_steps_per_rl_step` AdamW steps over the whole augmented batch."""
         t0 = time.perf_counter()
         batch = pack_trees(trees, loss_agg=self.plan.loss_agg, pad_token_id=self.pad_id, trained_roles=self.plan.trained_roles)
+        if self.forward is not None:
+            minibatches = split_minibatches(batch, self.cfg.optimizer_steps_per_rl_step)
+            pack_s = time.perf_counter() - t0
+            if self.skip_zero_signal and self.loss_cfg.kl_coef == 0 and not bool((batch.advantages != 0).any()):
+                return self._zero_signal_step(len(minibatches), batch, pack_s)
+            return self._engine_step(batch, minibatches, pack_s)
         schedule = plan_updates(batch, num_minibatches=self.cfg.optimizer_steps_per_rl_step,
                                 micro_batch_tokens=self.cfg.micro_batch_tokens)
         pack_s = time.perf_counter() - t0
@@ -141,6 +165,148 @@ class PolicyOptimizer:
             "trained_tokens": float(batch.num_trained_tokens),
             "pack_seconds": pack_s,
         }
+
+    def loss_and_gradients(self, trees: list[RolloutTree]) -> tuple[float, list[torch.Tensor]]:
+        """The step's full-batch loss and gradient (one per trainable parameter) at the current weights, with
+        the packed old logprobs and no optimizer step: what the engine is checked against the reference with."""
+        from matpo_graph.train.batch import split_microbatches
+
+        batch = pack_trees(trees, loss_agg=self.plan.loss_agg, pad_token_id=self.pad_id, trained_roles=self.plan.trained_roles)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer.zero_grad(set_to_none=True)
+        micros = self.micro_chunks(batch) if self.forward is not None else split_microbatches(batch, self.cfg.micro_batch_tokens)
+        total = 0.0
+        for micro in micros:
+            if micro.num_trained_tokens == 0:
+                continue
+            if self.forward is not None:
+                logprobs, _ = self.engine_logprobs(micro)
+                ref = None
+                if self.ref_forward is not None:
+                    with torch.no_grad():
+                        ref, _ = self.engine_logprobs(micro, reference=True)
+                out = policy_loss(logprobs, micro, self.loss_cfg, ref_logprobs=ref)
+            else:
+                out = self._micro_loss(micro)
+            out.loss.backward()
+            total += float(out.loss.detach())
+        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+        self.optimizer.zero_grad(set_to_none=True)
+        return total, grads
+
+    # ---------------------------------------------------------------- the forward engine's update
+
+    def micro_chunks(self, minibatch: PackedBatch) -> list[PackedBatch]:
+        """A mini-batch cut for the engine: rows in token order, at most `micro_batch_tokens` distinct tokens each."""
+        lengths = minibatch.attention_mask.sum(dim=1).tolist()
+        ids = [minibatch.input_ids[r, : int(n)].tolist() for r, n in enumerate(lengths)]
+        return [minibatch.select(rows) for rows in chunk_rows(ids, self.cfg.micro_batch_tokens)]
+
+    def engine_logprobs(self, micro: PackedBatch, *, reference: bool = False,
+                        want_entropy: bool = False) -> tuple[torch.Tensor, float | None]:
+        """Tempered logprobs of a micro-batch's trained tokens through the forward engine, as an [N, L] tensor
+        aligned with ``input_ids`` (0 off the loss mask), like :meth:`_masked_logprobs`."""
+        engine = self.ref_forward if reference else self.forward
+        if engine is None:
+            raise RuntimeError("no forward engine for this model")
+        lengths = micro.attention_mask.sum(dim=1).tolist()
+        ids = [micro.input_ids[r, : int(n)].tolist() for r, n in enumerate(lengths)]
+        rows, cols = torch.nonzero(micro.loss_mask[:, 1:] > 0, as_tuple=True)
+        cols = cols + 1
+        targets: list[list[int]] = [[] for _ in ids]
+        for r, c in zip(rows.tolist(), cols.tolist()):
+            targets[r].append(c)
+        temps = self.row_temperatures(micro).tolist()
+        got = engine.row_logprobs(ids, targets, temps, want_entropy=want_entropy)
+        flat = torch.cat(got.logprobs) if got.logprobs else torch.zeros(0)
+        out = torch.zeros(micro.input_ids.shape, dtype=torch.float32)
+        out = out.index_put((rows, cols), flat.to(torch.float32))  # nonzero is row-major, as the targets are
+        return out, got.entropy
+
+    @torch.no_grad()
+    def recompute_old_logprobs(self, minibatch: PackedBatch) -> PackedBatch:
+        """The mini-batch with its old logprobs recomputed by the trainer under the current weights, through
+        the same chunks and kernels as its update (so the ratio of an update with unchanged weights is 1)."""
+        parts = [(micro, self.engine_logprobs(micro)[0]) for micro in self.micro_chunks(minibatch)]
+        old = torch.zeros(minibatch.input_ids.shape, dtype=minibatch.old_logprobs.dtype)
+        index = {key: i for i, key in enumerate(minibatch.traj_keys)}
+        for micro, lp in parts:
+            for r, key in enumerate(micro.traj_keys):
+                old[index[key], : lp.shape[1]] = lp[r].to(old.dtype)
+        return replace(minibatch, old_logprobs=old * (minibatch.loss_mask > 0))
+
+    def _engine_step(self, batch: PackedBatch, minibatches: list[PackedBatch], pack_s: float) -> dict[str, float]:
+        """K AdamW steps through the forward engine. With ``old_logprobs="trainer"`` the old logprobs are the
+        trainer's under the weights before the first step: mini-batches 2..K get a no-grad pass before it,
+        and the first takes its own forward pass's values (the same computation, so its ratio is exactly 1)."""
+        recompute = self.cfg.old_logprobs == "trainer"
+        t_old = time.perf_counter()
+        if recompute:
+            minibatches = [minibatches[0]] + [self.recompute_old_logprobs(mb) for mb in minibatches[1:]]
+        old_s = time.perf_counter() - t_old
+        sums: dict[str, float] = {}
+        token_total = 0.0
+        loss_total = 0.0
+        pg_total = 0.0  # veRL's actor/pg_loss: the policy-gradient part, summed over micro-batches
+        grad_norms: list[float] = []
+        gap_sum, gap_max, gap_n = 0.0, 0.0, 0
+        ratio_dev = 0.0
+        for k, minibatch in enumerate(minibatches):
+            self.optimizer.zero_grad(set_to_none=True)
+            for micro in self.micro_chunks(minibatch) if len(minibatch) else []:
+                if micro.num_trained_tokens == 0:
+                    continue
+                logprobs, entropy = self.engine_logprobs(micro, want_entropy=True)
+                on = micro.loss_mask > 0
+                if k == 0:
+                    gap = (logprobs.detach() - micro.old_logprobs.to(logprobs.dtype)).abs()[on]
+                    gap_sum, gap_n = gap_sum + float(gap.sum()), gap_n + int(gap.numel())
+                    gap_max = max(gap_max, float(gap.max())) if gap.numel() else gap_max
+                    if recompute:
+                        micro = replace(micro, old_logprobs=torch.where(on, logprobs.detach(), 0.0).to(micro.old_logprobs.dtype))
+                        ratio = torch.exp(logprobs.detach() - micro.old_logprobs.to(logprobs.dtype))[on]
+                        ratio_dev = max(ratio_dev, float((ratio - 1).abs().max())) if ratio.numel() else ratio_dev
+                ref = None
+                if self.ref_forward is not None:
+                    with torch.no_grad():
+                        ref, _ = self.engine_logprobs(micro, reference=True)
+                out = policy_loss(logprobs, micro, self.loss_cfg, ref_logprobs=ref)
+                if entropy is not None:
+                    out.metrics["matpo/loss/entropy"] = entropy
+                out.loss.backward()
+                loss_total += float(out.loss.detach())
+                pg_total += float(out.metrics.get("matpo/loss/pg_loss", 0.0))
+                n = float(out.num_tokens)
+                token_total += n
+                for key, v in out.metrics.items():
+                    sums[key] = sums.get(key, 0.0) + v * n
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+            grad_norms.append(float(norm))
+            self.optimizer.step()
+        k = max(1, len(minibatches))
+        mean = {key: v / token_total for key, v in sums.items()} if token_total else {}
+        out_metrics = {
+            "loss": loss_total / k,
+            "pg_loss": pg_total / k,
+            "ppo_kl": mean.get("matpo/loss/ppo_kl", 0.0),
+            "clip_fraction": mean.get("matpo/loss/clip_frac", 0.0),
+            "kl": mean.get("matpo/loss/approx_kl_k3", 0.0),
+            "kl_ref": mean.get("matpo/loss/kl_ref", 0.0),
+            "entropy": mean.get("matpo/loss/entropy", 0.0),
+            "grad_norm": max(grad_norms) if grad_norms else 0.0,
+            "optimizer_steps": float(len(minibatches)),
+            "trained_rows": float(len(batch)),
+            "trained_tokens": float(batch.num_trained_tokens),
+            "pack_seconds": pack_s,
+            "timing_s/old_log_prob": old_s,
+            "matpo/engine_trainer_logprob_gap": gap_sum / gap_n if gap_n else 0.0,
+            "matpo/engine_trainer_logprob_gap_max": gap_max,
+            "matpo/trainer_precision_bf16": float(self.forward is not None and self.forward.precision == "bf16"),
+        }
+        if recompute:
+            out_metrics["matpo/first_minibatch_ratio_max_dev"] = ratio_dev
+        return out_metrics
 
     def _zero_signal_step(self, steps: int, batch: Any, pack_s: float) -> dict[str, float]:
         """Every advantage is 0 and there is no KL term, so the loss and its gradient are exactly 0: take the
@@ -225,6 +391,10 @@ class PolicyOptimizer:
     @torch.no_grad()
     def sequence_logprobs(self, token_ids: list[int]) -> list[float]:
         """Per-token logprobs of a fixed sequence under the current weights (for engine-sync checks)."""
+        if self.forward is not None and len(token_ids) > 1:
+            # always float32 here: this compares the weights the engine serves with the trainer's
+            exact = ForwardEngine(self.model, precision="fp32")
+            return exact.row_logprobs([list(token_ids)], [list(range(1, len(token_ids)))]).logprobs[0].tolist()
         ids = torch.tensor([token_ids], dtype=torch.long)
         logits = self.model(input_ids=ids).logits.float()
         return token_logprobs(logits, ids)[0, 1:].tolist()

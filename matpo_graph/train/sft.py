@@ -82,15 +82,15 @@ def _mean_loss(model: Any, examples: Sequence[Any], micro_batch_tokens: int) -> 
     from matpo_graph.train.sft_data import micro_batches
 
     total, count = 0.0, 0
-    # float32 throughout: the frozen layers' cache may hold outputs of a bf16 training pass
-    cached, model.cache_frozen = model.cache_frozen, False
+    # float32 throughout, whatever the training passes use
+    precision, model.precision = model.precision, "fp32"
     try:
         with torch.no_grad():
             for micro in micro_batches(examples, max_tokens=micro_batch_tokens):
                 loss, n = model.loss_sum(micro)
                 total, count = total + float(loss), count + n
     finally:
-        model.cache_frozen = cached
+        model.precision = precision
     return total / max(1, count)
 
 
@@ -118,8 +118,9 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
         raise ValueError("no demonstration has generated tokens to learn from")
     torch.manual_seed(s.seed)
     t_start, cpu_start = time.perf_counter(), time.process_time()
-    model = SFTModel(model_dir, train_layers=s.train_layers, train_embeddings=s.train_embeddings)
     bf16 = resolve_precision(s.precision) == "bf16"
+    model = SFTModel(model_dir, train_layers=s.train_layers, train_embeddings=s.train_embeddings,
+                     precision="bf16" if bf16 else "fp32")
     optimizer = torch.optim.AdamW(model.trainable, lr=s.lr, weight_decay=s.weight_decay)
     steps_per_epoch = math.ceil(len(examples) / s.batch_size)
     total_steps = steps_per_epoch * s.epochs
@@ -157,8 +158,7 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
                 optimizer.zero_grad(set_to_none=True)
                 batch_loss = 0.0
                 for micro in micro_batches(batch, max_tokens=s.micro_batch_tokens):
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                        loss, _ = model.loss_sum(micro)
+                    loss, _ = model.loss_sum(micro)  # bf16 autocast inside the engine when bf16
                     (loss / max(1, n_trained)).backward()
                     batch_loss += float(loss.detach())
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(model.trainable, s.max_grad_norm))

@@ -82,7 +82,7 @@ def test_shared_prefix_gives_the_same_loss_and_gradients_as_whole_examples(model
     batch.append(example("last-token", batch[0].token_ids[: len(prompt) + 3], len(prompt) + 2))  # a prefix of e0
 
     def run(share_prefix):
-        m = SFTModel(model_dir, train_layers=train_layers, share_prefix=share_prefix, cache_frozen=False)
+        m = SFTModel(model_dir, train_layers=train_layers, share_prefix=share_prefix)
         m.model.eval()
         shared, rest = m._prefix_groups(batch)
         loss, n = m.loss_sum(batch)
