@@ -9,7 +9,7 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
 stamp="$VENV/.matpo-graph-installed"
-want=$(cat requirements/main.txt requirements/nodeps.txt pyproject.toml | sha256sum | cut -c1-16)
+want=$(cat requirements/*.txt pyproject.toml | sha256sum | cut -c1-16)  # every requirements file: main.txt includes the split ones
 
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
