@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("--policy", default="vllm", help="vllm | hf | openai:URL | scripted:FILE (default vllm)")
     p.add_argument(
-        "--model", default=None, help="embedded model name or local HF folder (default smollm2-135m-instruct)"
+        "--model", default=None, help="embedded model name, local HF folder or Hub id org/name from the local cache (default smollm2-135m-instruct)"
     )
     p.add_argument("--seed", type=int, default=None, help="sampling seed (and the embedded web's seed)")
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE,

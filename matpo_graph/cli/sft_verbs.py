@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"further demonstrations of which only each trajectory's first turn is trained (default {WARMUP_DRILLS})")
     s.add_argument("--epochs", type=int, default=WARMUP_EPOCHS, help=f"passes over the demonstrations (default {WARMUP_EPOCHS})")
     s.add_argument("--lr", type=float, default=WARMUP_LR, help=f"peak AdamW learning rate (default {WARMUP_LR:g})")
-    s.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name or HF model folder")
+    s.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name, HF model folder or cached Hub id org/name")
     s.add_argument("--train-layers", type=int, default=None,
                    help="decoder layers trained, counted from the top; 0 trains all (default 10)")
     s.add_argument("--batch-size", type=int, default=None, help="trajectories per optimizer step (default 4)")

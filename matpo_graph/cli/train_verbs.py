@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--steps", type=int, help="RL steps in total (default 4)")
     p.add_argument("-o", "--out", "--output", dest="out", type=Path, help="run folder (default runs/<graph name>)")
     p.add_argument("--config", type=Path, metavar="FILE.yaml", help="settings file (TrainConfig fields; for veRL, nested Hydra keys)")
-    p.add_argument("--model", help="embedded model name or local HF model folder (default smollm2-135m-instruct)")
+    p.add_argument("--model", help="embedded model name, local HF model folder or Hub id org/name (read from the local cache; MATPO_GRAPH_HUB_ONLINE=1 downloads) (default smollm2-135m-instruct)")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's last checkpoint")
     p.add_argument("--engine", choices=["local", "verl"], default="local", help="local trainer or veRL (GPU)")
     p.add_argument("--warmstart", choices=["auto", "sft", "none"], help="cold start before RL (default auto: sft for the embedded model)")

@@ -25,7 +25,11 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(default="smollm2-135m-instruct", description="Embedded model name or a local HF model directory.")
+    model: str = Field(
+        default="smollm2-135m-instruct",
+        description="Embedded model name, a local HF model directory, or a Hub id org/name read from the local "
+        "Hugging Face cache (MATPO_GRAPH_HUB_ONLINE=1 allows downloading it).",
+    )
     steps: int = Field(default=4, ge=0, description="RL steps to run (in total, counting resumed ones).")
     time_budget_minutes: float = Field(
         default=20.0, ge=0.0,

@@ -34,7 +34,8 @@ def test_models_local_folder_and_errors(tmp_path):
         resolve_model(tmp_path.parent)
     with pytest.raises(
         ModelError,
-        match="unknown model 'gpt-17': give an existing HuggingFace model folder or one of: smollm2-135m-instruct",
+        match="unknown model 'gpt-17': give an existing HuggingFace model folder, a Hub id \\(org/name\\), "
+              "or one of: smollm2-135m-instruct",
     ):
         resolve_model("gpt-17")
 

@@ -13,11 +13,12 @@ Scripts that create it need an ``if __name__ == "__main__":`` guard (the engine 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
@@ -35,6 +36,24 @@ def prepare_state_dict(state_dict: Mapping[str, Any], *, tie_lm_head: bool = Tru
 
 
 _SMALL_CPU_CORES = 4
+
+
+@contextlib.contextmanager
+def _hub_offline_while_starting() -> Iterator[None]:
+    """The engine loads a local folder: keep it (and the engine process it spawns, which copies the
+    environment at start) off the Hub, then give this process its environment back unchanged."""
+    from matpo_graph.hub import hub_access
+
+    saved = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        with hub_access(online=False):
+            yield
+    finally:
+        if saved is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = saved
 
 
 def _lower_scheduler_priority() -> None:
@@ -91,7 +110,6 @@ class VLLMPolicy:
         **engine_kwargs: Any,
     ) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gib:g}")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         # MATPO_VLLM_CPU_LAYOUT=vllm keeps vLLM's own layout (see scripts/bench_engine_layout.py)
         small_cpu = (os.cpu_count() or 1) <= _SMALL_CPU_CORES and os.environ.get("MATPO_VLLM_CPU_LAYOUT") != "vllm"
@@ -115,7 +133,8 @@ class VLLMPolicy:
             disable_log_stats=True,
             **engine_kwargs,
         )
-        self.engine = AsyncLLM.from_engine_args(args)
+        with _hub_offline_while_starting():
+            self.engine = AsyncLLM.from_engine_args(args)
         from vllm.platforms import current_platform
 
         if small_cpu and current_platform.is_cpu():
