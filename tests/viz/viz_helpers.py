@@ -37,7 +37,7 @@ def rich_graph() -> dict[str, Any]:
         "tools": {
             "web_search": {"backend": "search", "description": "Search the web"},
             "scrape": {"backend": "scrape", "description": "Read a page"},
-            "calculator": {"backend": "python", "description": "Arithmetic", "config": {"function": "pkg.mod:calc"}},
+            "calculator": {"backend": "python", "description": "Arithmetic", "config": {"function": "matpo_graph.tools.builtin:calculate"}},
         },
         "edges": [
             {"from": "planner", "to": "browser", "as": "search_and_browse", "max_parallel": 4},
