@@ -34,7 +34,7 @@ EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
 }
 
 # Bump when the conversion's output changes, so stale caches are not reused.
-_CONVERSION_VERSION = 1
+_CONVERSION_VERSION = 2  # 2: config.json names its architecture (veRL requires it)
 _DONE_MARKER = "matpo_graph_model.json"
 
 
@@ -159,6 +159,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     config = model.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")  # the weights are dequantised; save_pretrained refuses otherwise
+    config.architectures = [type(model).__name__]  # veRL (and other loaders) read the class from here
     config.save_pretrained(out)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(out)

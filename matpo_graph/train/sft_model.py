@@ -159,6 +159,8 @@ def save_hf_checkpoint(model: Any, tokenizer_dir: str | Path, out: str | Path, *
     if "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
         state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    if not getattr(model.config, "architectures", None):
+        model.config.architectures = [type(model).__name__]  # veRL reads the model class from config.json
     model.config.save_pretrained(tmp)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(tmp)
