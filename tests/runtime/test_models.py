@@ -19,6 +19,7 @@ def test_models_embedded_default_is_a_complete_hf_folder():
         assert (folder / name).is_file(), name
     config = json.loads((folder / "config.json").read_text())
     assert "quantization_config" not in config and config["model_type"] == "llama"
+    assert config["architectures"] == ["LlamaForCausalLM"]  # veRL reads the model class from here
     from safetensors import safe_open
 
     with safe_open(str(folder / "model.safetensors"), "pt") as fh:
