@@ -345,7 +345,7 @@ def _salvage(data: dict[str, Any]) -> Partial:
         edges=edges,
         limits=limits,
         max_depth_explicit=isinstance(data.get("limits"), dict) and "max_depth" in data["limits"],
-        tool_call_format=data.get("tool_call_format", "hermes") if data.get("tool_call_format") in ("xml", "hermes") else None,
+        tool_call_format=data.get("tool_call_format", "hermes") if data.get("tool_call_format") in ("xml", "hermes", "native") else None,
         answer_format=reward.answer_format if reward is not None else None,
         complete=False,
         credit=credit,

@@ -93,7 +93,7 @@ class Program(_Data):
     graph_name: str
     graph_sha256: str
     root: str
-    tool_call_format: Literal["xml", "hermes"]
+    tool_call_format: Literal["xml", "hermes", "native"]
     answer_format: Literal["boxed", "tag"]
     roles: dict[str, RoleProgram]
     tools: dict[str, dict[str, Any]] = Field(description="ToolSpec dumps by name (backend, config, timeouts).")

@@ -287,9 +287,11 @@ class Graph(_Strict):
     name: str = Field(description="Graph name.")
     description: str = Field(default="", description="What the graph is for.")
     root: str = Field(description="The role that receives the question and whose answer is scored.")
-    tool_call_format: Literal["xml", "hermes"] = Field(
+    tool_call_format: Literal["xml", "hermes", "native"] = Field(
         default="hermes",
-        description="xml: <use_tool><name>..</name><arguments>{json}</arguments></use_tool>; hermes: <tool_call>{\"name\":..,\"arguments\":{..}}</tool_call>.",
+        description="xml: <use_tool><name>..</name><arguments>{json}</arguments></use_tool>; hermes: <tool_call>{\"name\":..,\"arguments\":{..}}</tool_call>; "
+        "native: the model's chat template renders the tools and results (apply_chat_template(tools=...)) and its calls are read in the "
+        "template's dialect (Qwen2.5/Qwen3: hermes tags; Llama 3.x: a JSON object with name and parameters).",
     )
     roles: dict[str, Role] = Field(description="Roles by name.")
     tools: dict[str, ToolSpec] = Field(default_factory=dict, description="Tools by name.")

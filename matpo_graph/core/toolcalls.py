@@ -1,9 +1,14 @@
 """Tool-call text formats: parse calls out of model text, write them, and clean text for a parent.
 
-Two formats are supported:
+Formats:
 
 - ``hermes``: ``<tool_call>{"name": "web_search", "arguments": {"query": "..."}}</tool_call>``
 - ``xml`` (paper style): ``<use_tool><name>web_search</name><arguments>{"query": "..."}</arguments></use_tool>``
+- ``native``: the model's own chat template renders the tools and the results (``apply_chat_template(tools=...)``);
+  its calls are read in the template's dialect, one of NATIVE_DIALECTS: ``hermes`` (Qwen2.5, Qwen3: the
+  tags above) or ``llama3_json`` (Llama 3.x: the reply is ``{"name": ..., "parameters": {...}}``, optionally
+  after ``<|python_tag|>``, several separated by ``;``). Given ``native`` itself, parsing picks the dialect
+  from the text (tags present: hermes; a reply that is a JSON object: llama3_json).
 
 Parsing is lenient where a small model is sloppy but the intent is clear (whitespace, code fences around
 the JSON, one stray trailing character), and strict where it matters: a call whose JSON does not parse,
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "NATIVE_DIALECTS",
     "ParsedCall",
     "ToolCallFormat",
     "answer_instructions",
@@ -32,7 +38,10 @@ __all__ = [
     "tool_instructions",
 ]
 
-ToolCallFormat = Literal["xml", "hermes"]
+ToolCallFormat = Literal["xml", "hermes", "native", "llama3_json"]
+NATIVE_DIALECTS: tuple[str, ...] = ("hermes", "llama3_json")
+_FORMATS = ("xml", "hermes", "native", "llama3_json")
+_PYTHON_TAG = "<|python_tag|>"
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
@@ -58,8 +67,38 @@ class ParsedCall:
 
 
 def _check_format(fmt: str) -> None:
-    if fmt not in _TAGS:
-        raise ValueError(f"unknown tool call format {fmt!r}: use 'xml' or 'hermes'")
+    if fmt not in _FORMATS:
+        raise ValueError(f"unknown tool call format {fmt!r}: use 'xml', 'hermes' or 'native'")
+
+
+def _parse_llama3_json(text: str) -> list[ParsedCall]:
+    """Llama 3.x JSON calls: the whole reply is one or more ``{"name", "parameters"}`` objects."""
+    body = text.strip()
+    if body.startswith(_PYTHON_TAG):
+        body = body[len(_PYTHON_TAG):].strip()
+    if not body.startswith("{"):
+        return []
+    calls: list[ParsedCall] = []
+    decoder = json.JSONDecoder()
+    pos = 0
+    while pos < len(body):
+        while pos < len(body) and body[pos] in " \t\r\n;":
+            pos += 1
+        if pos >= len(body):
+            break
+        if body[pos] != "{":
+            calls.append(ParsedCall(name="", arguments=None, raw=body[pos:], error="text after the JSON call"))
+            break
+        try:
+            obj, end = decoder.raw_decode(body, pos)
+        except json.JSONDecodeError as exc:
+            calls.append(ParsedCall(name="", arguments=None, raw=body[pos:], error=f"bad JSON ({exc.msg})"))
+            break
+        raw = body[pos:end]
+        pos = end
+        name, args, err = _parse_hermes(raw) if isinstance(obj, dict) else ("", None, "a call must be a JSON object")
+        calls.append(ParsedCall(name=name, arguments=args, raw=raw, error=err))
+    return calls
 
 
 def _blocks(text: str, open_tag: str, close_tag: str) -> list[tuple[str, str, bool]]:
@@ -167,7 +206,7 @@ def parse_tool_calls(text: str, fmt: ToolCallFormat) -> list[ParsedCall]:
 
     Args:
         text: the decoded model output of one turn.
-        fmt: ``"hermes"`` or ``"xml"``.
+        fmt: ``"hermes"``, ``"xml"``, ``"llama3_json"`` or ``"native"`` (dialect read from the text).
 
     Returns:
         One :class:`ParsedCall` per opening tag; malformed ones carry ``error`` and are still returned,
@@ -177,6 +216,11 @@ def parse_tool_calls(text: str, fmt: ToolCallFormat) -> list[ParsedCall]:
         ValueError: unknown ``fmt``.
     """
     _check_format(fmt)
+    if fmt == "native":
+        cleaned = strip_thinking(text)
+        fmt = "hermes" if _TAGS["hermes"][0] in cleaned.lower() else "llama3_json"
+    if fmt == "llama3_json":
+        return _parse_llama3_json(strip_thinking(text))
     open_tag, close_tag = _TAGS[fmt]
     calls: list[ParsedCall] = []
     for raw, inner, closed in _blocks(strip_thinking(text), open_tag, close_tag):
@@ -188,10 +232,16 @@ def parse_tool_calls(text: str, fmt: ToolCallFormat) -> list[ParsedCall]:
 
 
 def format_tool_call(name: str, arguments: dict[str, Any], fmt: ToolCallFormat) -> str:
-    """The canonical text of one call; :func:`parse_tool_calls` reads it back unchanged."""
+    """The canonical text of one call; :func:`parse_tool_calls` reads it back unchanged.
+
+    ``native`` writes the hermes form (the dialect of Qwen's templates); a Llama 3.x model's calls are
+    ``llama3_json``.
+    """
     _check_format(fmt)
     args = json.dumps(arguments, ensure_ascii=False)
-    if fmt == "hermes":
+    if fmt == "llama3_json":
+        return json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
+    if fmt in ("hermes", "native"):
         return (
             "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
         )
@@ -199,8 +249,11 @@ def format_tool_call(name: str, arguments: dict[str, Any], fmt: ToolCallFormat) 
 
 
 def format_tool_result(name: str, text: str, fmt: ToolCallFormat) -> str:
-    """How a call's result is shown to the model (a user-side message)."""
+    """How a call's result is shown to the model (a user-side message); with ``native`` (and its dialects)
+    the text as it is: the chat template wraps a ``tool`` message itself."""
     _check_format(fmt)
+    if fmt in ("native", "llama3_json"):
+        return text
     if fmt == "hermes":
         return f"<tool_response>\n{text}\n</tool_response>"
     return f'<tool_result name="{name}">\n{text}\n</tool_result>'
@@ -246,10 +299,17 @@ def _example_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_instructions(fmt: ToolCallFormat, tools: Sequence[dict[str, Any]]) -> str:
-    """Built-in text telling the model which tools it has and exactly how to call them."""
+    """Built-in text telling the model which tools it has and exactly how to call them.
+
+    With ``native`` the chat template lists the tools and the call format itself, so this only says so.
+    """
     _check_format(fmt)
     if not tools:
         return "You have no tools in this task. Work from what you already know."
+    if fmt == "native":
+        names = ", ".join(t["name"] for t in tools)
+        return (f"You can use these tools: {names}. Call them in the format described with the tools above; "
+                "each result comes back in the next message. Write no call when you are done.")
     lines = ["You can use the following tools:"]
     for t in tools:
         params = json.dumps(t.get("parameters", {}), ensure_ascii=False, separators=(",", ":"))

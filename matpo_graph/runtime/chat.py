@@ -16,14 +16,23 @@ these intended differences:
   appended, untrained, before the next message.
 
 Requirement on the template: rendering a conversation must extend the rendering of any prefix of it
-(true of ChatML templates such as SmolLM2's and Qwen's without thinking-stripping); checked on
-construction, with a clear error. When, in addition, each message renders on its own and starts with a
+(true of ChatML templates such as SmolLM2's and Qwen2.5's); checked on construction, with a clear error.
+Templates that strip reasoning from earlier assistant turns (Qwen3's, which also writes an empty
+``<think></think>`` before the last assistant reply) are handled: appended messages are located after the
+last assistant reply's own text, and a trajectory keeps the tokens that were sampled, reasoning included
+(as veRL's token-in, token-out agent loops do), rather than the template's re-rendering of old turns.
+
+Native tool calling: :meth:`ChatTokenizer.with_tools` gives a tokenizer whose renderings pass the role's
+tools to ``apply_chat_template(tools=...)``, so the template writes its own tool section; and
+:meth:`ChatTokenizer.native_dialect` says how that template's model writes calls. When, in addition, each message renders on its own and starts with a
 special token (checked too), message ids are cached per message, so the shared system prompts of a
 group are tokenised once.
 """
 
 from __future__ import annotations
 
+import json as _json
+import re as _re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ChatTemplateError", "ChatTokenizer", "Message"]
+
+_EMPTY_THINK = _re.compile(r"^\s*<think>\s*</think>\s*$", _re.IGNORECASE)
 
 Message = Mapping[str, str]
 
@@ -55,10 +66,12 @@ class _Pieces:
 class ChatTokenizer:
     """A HuggingFace tokenizer plus the incremental chat-template operations the executor needs."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, *, tools: Sequence[Mapping[str, Any]] | None = None) -> None:
         self.hf = tokenizer
         if not getattr(tokenizer, "chat_template", None):
             raise ChatTemplateError("the tokenizer has no chat template; an instruct/chat model is needed")
+        self.tools: list[dict[str, Any]] | None = [dict(t) for t in tools] if tools else None
+        self._with_tools: dict[str, ChatTokenizer] = {}
         eos = getattr(tokenizer, "eos_token_id", None)
         ids = {eos} if isinstance(eos, int) else set(eos or [])
         self.eos_token_ids: frozenset[int] = frozenset(ids)
@@ -68,7 +81,8 @@ class ChatTokenizer:
         self._texts: OrderedDict[tuple[bool, str, str], str] = OrderedDict()
         self._pieces = self._probe()
         self._dummy_text = self.render(_DUMMY)
-        self.per_message = self._probe_per_message()
+        # With tools, templates group consecutive tool results into one block: render appends as a whole.
+        self.per_message = self.tools is None and self._probe_per_message()
         self.generation_prompt_ids: list[int] = self.encode(self._pieces.generation_prompt)
 
     @classmethod
@@ -80,9 +94,45 @@ class ChatTokenizer:
     # -- plain text <-> ids -------------------------------------------------------------------------
 
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = False) -> str:
+        extra: dict[str, Any] = {"tools": self.tools} if self.tools else {}
         return self.hf.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt, **extra
         )
+
+    # -- native tool calling --------------------------------------------------------------------------
+
+    def with_tools(self, tools: Sequence[Mapping[str, Any]]) -> ChatTokenizer:
+        """A tokenizer rendering through the template with these tools (OpenAI function format); cached.
+
+        Raises:
+            ChatTemplateError: the template defines no tools (it ignores ``tools``).
+        """
+        self.native_dialect()  # refuse templates without tools first, with the clear message
+        key = _json.dumps(list(tools), sort_keys=True)
+        hit = self._with_tools.get(key)
+        if hit is None:
+            hit = ChatTokenizer(self.hf, tools=tools) if tools else self
+            self._with_tools[key] = hit
+        return hit
+
+    def native_dialect(self) -> str:
+        """How this template's model writes tool calls: ``hermes`` (``<tool_call>`` tags: Qwen2.5, Qwen3) or
+        ``llama3_json`` (a JSON object with name and parameters: Llama 3.x).
+
+        Raises:
+            ChatTemplateError: the template defines no tools, or its call format is not one of those.
+        """
+        template = str(self.hf.chat_template)
+        if "tools" not in template:
+            raise ChatTemplateError(
+                "tool_call_format native needs a chat template that defines tools (apply_chat_template(tools=...)); "
+                "this model's template ignores them: use tool_call_format hermes or xml")
+        if "<tool_call>" in template:
+            return "hermes"
+        if "<|python_tag|>" in template or "ipython" in template or '"parameters"' in template:
+            return "llama3_json"
+        raise ChatTemplateError("the chat template defines tools, but in a call format matpo-graph does not read "
+                                "(known: <tool_call> tags as Qwen's, JSON with name/parameters as Llama 3.x's)")
 
     def encode(self, text: str) -> list[int]:
         """Token ids of template text (special-token markup becomes special ids; nothing is added)."""
@@ -114,7 +164,10 @@ class ChatTokenizer:
                 "the chat template does not render conversations by extension (prefix check failed)"
             )
         at = full.rfind(_MARK)
-        if at < 0 or full[len(open_) : at] != "":
+        gap = full[len(open_) : at] if at >= 0 else None
+        # An empty reasoning block that the template writes before the last reply (Qwen3) is the model's to
+        # write or skip when it generates: the generation prompt stays as the template ends it.
+        if gap is None or (gap != "" and not _EMPTY_THINK.match(gap)):
             raise ChatTemplateError(
                 "the chat template changes assistant content or its header; cannot append tokens safely"
             )
@@ -174,12 +227,20 @@ class ChatTokenizer:
         return closing
 
     def append_text(self, messages: Sequence[Message]) -> str:
-        """Template text of `messages` appended to a closed conversation."""
+        """Template text of `messages` appended to a closed conversation.
+
+        Located after the dummy assistant reply's text and closing, so a template that re-renders that
+        earlier reply once more messages follow (dropping an empty reasoning block, as Qwen3's does) is fine.
+        """
         base = self._dummy_text
         full = self.render([*_DUMMY, *messages])
-        if not full.startswith(base):
-            raise ChatTemplateError("the chat template re-renders earlier messages when one is appended")
-        return full[len(base) :]
+        if full.startswith(base):
+            return full[len(base) :]
+        at = full.find(_MARK)
+        head = full[: at + len(_MARK)] + self._pieces.closing if at >= 0 else None
+        if head is not None and full.startswith(head) and _only_reasoning_differs(base, head):
+            return full[len(head) :]
+        raise ChatTemplateError("the chat template re-renders earlier messages when one is appended")
 
     def append_ids(self, messages: Sequence[Message], *, pending_closing: str = "") -> list[int]:
         """Ids that extend a conversation by `messages`, after the closing text a generated turn still needs."""
@@ -189,6 +250,12 @@ class ChatTokenizer:
         for m in messages:
             out += self.encode(self._message_text(m, first=False))
         return out
+
+
+def _only_reasoning_differs(a: str, b: str) -> bool:
+    """Whether two renderings differ only by empty ``<think></think>`` blocks."""
+    strip = _re.compile(r"<think>\s*</think>\s*", _re.IGNORECASE)
+    return strip.sub("", a) == strip.sub("", b)
 
 
 def _put(cache: OrderedDict, key: Any, value: Any, size: int) -> None:

@@ -101,6 +101,11 @@ class Executor:
         self.tools = dict(tools)
         self.sampling = sampling or SamplingParams()
         self.tool_role = tool_role
+        # native: the model's template renders tools and results, and its dialect reads the calls
+        self.native = program.tool_call_format == "native"
+        self.dialect = tokenizer.native_dialect() if self.native else program.tool_call_format
+        if self.native:
+            self.tool_role = "tool"
         self._max_generations = max_concurrency
         self._gen_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         missing = sorted(
@@ -211,6 +216,15 @@ class Executor:
             "parent_role": parent_role,
         }
 
+    def _chat_for(self, role: RoleProgram) -> ChatTokenizer:
+        """The tokenizer a role's contexts render with: with native calling, the template gets the role's tools."""
+        if not self.native:
+            return self.chat
+        return self.chat.with_tools([
+            {"type": "function", "function": {"name": c.name, "description": c.description, "parameters": c.parameters}}
+            for c in role.callables
+        ])
+
     async def _initial_messages(self, role: RoleProgram, variables: dict[str, Any]) -> list[ChatMessage]:
         try:
             # off the event loop: a slow template (bounded by the sandbox's limits) stalls no other rollout
@@ -248,7 +262,7 @@ class Executor:
             traj_id, parent.traj_id if parent else None, role_name, depth, dict(task), started=time.perf_counter()
         )
         tree.trajs.append(t)
-        t.ctx = ctx = ContextBuilder(self.chat, messages)
+        t.ctx = ctx = ContextBuilder(self._chat_for(role), messages)
         limit = self.program.context_tokens - self.program.summary_reserve
         last_text = ""
         for index in range(role.max_turns):
@@ -262,7 +276,7 @@ class Executor:
             last_text = ctx.add_generation(gen)
             turn = Turn(index=index, text=last_text, num_tokens=len(gen.token_ids), finish_reason=gen.finish_reason)
             t.turns.append(turn)
-            parsed = parse_tool_calls(last_text, self.program.tool_call_format)
+            parsed = parse_tool_calls(last_text, self.dialect)
             if not parsed:
                 t.termination = "answer"
                 break
@@ -468,7 +482,7 @@ class Executor:
         )
         return ChatMessage(
             role=self.tool_role,
-            content=format_tool_result(rec.name or "?", rec.result, self.program.tool_call_format),
+            content=format_tool_result(rec.name or "?", rec.result, self.program.tool_call_format),  # native: as is
             kind=kind,
         )
 
