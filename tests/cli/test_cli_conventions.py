@@ -148,3 +148,16 @@ def test_eval_takes_overrides_and_rejects_unknown(tmp_path, capsys):
     (run / "train_config.json").write_text(json.dumps({}))
     assert main(["eval", str(run), "eval_dta=x.jsonl"]) == 2
     assert "did you mean eval_data" in capsys.readouterr().err
+
+
+def test_readme_new_user_command_parses(tmp_path):
+    """The README's new-user `train` line (graph aside) builds the settings it promises."""
+    cfg, run_dir = train_config(
+        "model=Qwen/Qwen2.5-0.5B-Instruct", "data=hf:my-org/multihop-qa:default:train",
+        "eval_data=hf:my-org/multihop-qa::validation", "--columns", "question=query,answers=reward_model.ground_truth",
+        "logger=console,jsonl,tensorboard", "warmstart=none", "-o", str(tmp_path / "qwen"))
+    assert cfg.model == "Qwen/Qwen2.5-0.5B-Instruct" and cfg.data == "hf:my-org/multihop-qa:default:train"
+    assert cfg.eval_data == "hf:my-org/multihop-qa::validation"
+    assert cfg.data_columns == {"question": "query", "answers": "reward_model.ground_truth"}
+    assert cfg.logger == ["console", "jsonl", "tensorboard"] and cfg.warmstart == "none"
+    assert run_dir == tmp_path / "qwen"
