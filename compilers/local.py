@@ -228,8 +228,12 @@ def load_program(path: str | Path, *, trust: TrustPolicy | None = None) -> tuple
                 str(path),
                 [SpecIssue.at("file-not-found", (), f"not a compiled graph folder: missing {', '.join(missing)}", "run `matpo-graph compile GRAPH -o DIR` first")],
             )
-        program = Program.model_validate_json((path / PROGRAM_FILE).read_text(encoding="utf-8"))
-        plan = CreditPlan.model_validate_json((path / CREDIT_PLAN_FILE).read_text(encoding="utf-8"))
+        try:
+            program = Program.model_validate_json((path / PROGRAM_FILE).read_text(encoding="utf-8"))
+            plan = CreditPlan.model_validate_json((path / CREDIT_PLAN_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise GraphError(str(path), [SpecIssue.at("invalid-value", (), f"not a readable compiled graph: {first}")]) from exc
         problems = compiled_trust_issues(program, plan, trust if trust is not None else active_trust())
         if problems:
             raise GraphError(str(path), problems)

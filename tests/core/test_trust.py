@@ -242,3 +242,10 @@ def test_validation_uses_the_environment_policy_by_default(monkeypatch):
     monkeypatch.setenv(ENV_TRUST_CODE, "os")
     assert check_text(graph_text(), base_dir=Path("."), file="g.yaml").ok
     assert json.dumps(TrustPolicy.from_env().to_env()) == json.dumps({ENV_TRUST_CODE: "os"})
+
+
+def test_a_malformed_compiled_folder_is_a_graph_error(tmp_path):
+    (tmp_path / "program.json").write_text('{"graph_name": 3}')
+    (tmp_path / "credit_plan.json").write_text("not json")
+    with pytest.raises(GraphError, match="not a readable compiled graph"):
+        load_program(tmp_path, trust=NO_TRUST)
