@@ -17,7 +17,8 @@ built from the command line (``--trust-code``, ``--trust-module``, ``--allow-sec
   (``NAME=http://127.0.0.1:8000``: plain http that never leaves the machine). ``SERPER_API_KEY`` for
   ``https://google.serper.dev`` is granted by default, since that pairing is the search tool's own.
 - **Addresses**: the search and judge endpoints pass the scrape tool's address guard; private,
-  loopback, link-local and metadata addresses need the user's ``allow_hosts``.
+  loopback, link-local and metadata addresses need the user's ``allow_hosts``. A scrape tool's own
+  ``config.allow_hosts`` only asks: each entry must be allowed by the user as well.
 
 Pure: reading ``os.environ`` is the only outside input; nothing here opens a file or a socket.
 """
@@ -50,6 +51,7 @@ __all__ = [
     "is_code_ref",
     "literal_host_problem",
     "set_active_trust",
+    "split_host_entry",
 ]
 
 ENV_TRUST_CODE = "MATPO_GRAPH_TRUST_CODE"
@@ -224,20 +226,44 @@ class TrustPolicy:
 
     # -- addresses ----------------------------------------------------------------------------------
     def host_allowed(self, host: str, port: int | None) -> bool:
-        """Whether the user allowed this non-public host (entries 'host' or 'host:port')."""
+        """Whether the user allowed this non-public host (entries 'host' or 'host:port'); port None
+        asks for any port, which only a 'host' entry allows."""
         host = host.lower().rstrip(".").strip("[]")
         for entry in self.allow_hosts:
-            e = entry.strip().lower()
-            if e.startswith("["):
-                h, _, rest = e[1:].partition("]")
-                p = rest[1:] if rest.startswith(":") else ""
-            elif e.count(":") == 1:
-                h, _, p = e.partition(":")
-            else:
-                h, p = e, ""
-            if h.rstrip(".") == host and (not p or (p.isdigit() and int(p) == (port or 0))):
+            h, p = split_host_entry(entry)
+            if h == host and (p is None or (port is not None and p == port)):
                 return True
         return False
+
+    def host_entry_problem(self, entry: str) -> str | None:
+        """For a graph's own `allow_hosts` entry: None when the user allowed it too, else why not."""
+        host, port = split_host_entry(entry)
+        if host and self.host_allowed(host, port):
+            return None
+        shown = entry.strip()
+        return (
+            f"the graph asks to reach {shown!r} although it may be private, which you have not allowed; a graph cannot "
+            f"allow this itself; if you mean it, run with --allow-host {shown} (or add it to {ENV_ALLOW_HOSTS})"
+        )
+
+
+def split_host_entry(entry: str) -> tuple[str, int | None]:
+    """'host', 'host:port', '[v6]:port' or a URL -> (lower-case host, port or None)."""
+    e = entry.strip().lower()
+    if "://" in e:
+        try:
+            parts = urlsplit(e)
+            return (parts.hostname or "").rstrip("."), parts.port
+        except ValueError:
+            return "", None
+    if e.startswith("["):
+        h, _, rest = e[1:].partition("]")
+        p = rest[1:] if rest.startswith(":") else ""
+    elif e.count(":") == 1:
+        h, _, p = e.partition(":")
+    else:
+        h, p = e, ""
+    return h.rstrip("."), int(p) if p.isdigit() else None
 
 
 def _is_loopback(host: str) -> bool:

@@ -132,6 +132,12 @@ def trust_issues(g: Partial, trust: TrustPolicy) -> list[SpecIssue]:
             continue
         if tool.backend == "python":
             code(("tools", name, "config", "function"), tool.config.get("function"))
+        elif tool.backend == "scrape":
+            hosts = tool.config.get("allow_hosts", [])
+            for i, entry in enumerate([hosts] if isinstance(hosts, str) else hosts if isinstance(hosts, list) else []):
+                problem = trust.host_entry_problem(entry) if isinstance(entry, str) else None
+                if problem:
+                    out.append(SpecIssue.at("unsafe-endpoint", ("tools", name, "config", "allow_hosts", *(() if isinstance(hosts, str) else (i,))), problem))
         elif tool.backend == "search":
             endpoint = tool.config.get("endpoint", "https://google.serper.dev/search")
             if not isinstance(endpoint, str):

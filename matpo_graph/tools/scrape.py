@@ -60,6 +60,10 @@ class ScrapeTool(BaseTool):
             allow = [allow]
         if not isinstance(allow, list) or not all(isinstance(h, str) for h in allow):
             raise ToolConfigError(f"tool {name!r}: config.allow_hosts must be a list of 'host' or 'host:port'")
+        for entry in allow:  # the graph may ask for a private host; only the user can allow it
+            problem = trust.host_entry_problem(entry)
+            if problem:
+                raise ToolConfigError(f"tool {name!r}: config.allow_hosts: {problem}")
         self.guard = AddressGuard([*allow, *trust.allow_hosts], resolver=resolver)
         endpoint = self.config.get("endpoint")
         if endpoint == "embedded" and not embedded_url:

@@ -249,3 +249,17 @@ def test_a_malformed_compiled_folder_is_a_graph_error(tmp_path):
     (tmp_path / "credit_plan.json").write_text("not json")
     with pytest.raises(GraphError, match="not a readable compiled graph"):
         load_program(tmp_path, trust=NO_TRUST)
+
+
+def test_a_scrape_tools_own_allow_hosts_only_asks():
+    # a graph listing the metadata address for its scraper would let the model read cloud credentials
+    text = graph_text("scrape", '{allow_hosts: ["169.254.169.254", "127.0.0.1:6379"]}')
+    result = check(text)
+    errors = [i for i in result.issues if i.severity == "error"]
+    assert [(i.code, i.path) for i in errors] == [
+        ("unsafe-endpoint", "tools.t.config.allow_hosts[0]"),
+        ("unsafe-endpoint", "tools.t.config.allow_hosts[1]"),
+    ]
+    assert "--allow-host 169.254.169.254" in errors[0].message
+    assert check(text, TrustPolicy(allow_hosts=("169.254.169.254", "127.0.0.1:6379"))).ok
+    assert not check(text, TrustPolicy(allow_hosts=("169.254.169.254", "127.0.0.1:6380"))).ok

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from matpo_graph.core.trust import TrustPolicy
 from matpo_graph.tools.registry import build_tools
 from matpo_graph.tools.scrape import ScrapeTool
 
@@ -17,7 +18,9 @@ def make_scrape(allow: list[str] | None = None, **overrides: Any) -> ScrapeTool:
     spec = {"backend": "scrape", "description": "read a page", "parameters": SCRAPE_PARAMS, "config": config,
             "timeout_s": overrides.pop("timeout_s", 5.0), "retries": overrides.pop("retries", 2),
             "max_output_chars": overrides.pop("max_output_chars", 4000)}
-    tool = build_tools({"scrape": spec})["scrape"]
+    # the graph's allow_hosts only asks for these hosts; the user allows them (as --allow-host would)
+    overrides.setdefault("trust", TrustPolicy(allow_hosts=tuple(allow or ())))
+    tool = build_tools({"scrape": spec}, **overrides)["scrape"]
     assert isinstance(tool, ScrapeTool)
     tool.backoff_s = 0.01
     tool.jitter = 0.0  # exact waits, so tests can check the exponential schedule

@@ -231,3 +231,11 @@ def test_judge_response_body_is_capped():
         assert verdict.correct is None and "larger than" in (verdict.error or "")
     finally:
         server.stop()
+
+
+def test_scrape_allow_hosts_from_the_graph_needs_the_users_consent():
+    spec = {"backend": "scrape", "description": "d", "config": {"allow_hosts": ["169.254.169.254"]},
+            "parameters": {"type": "object", "properties": {"url": {"type": "string"}}}}
+    with pytest.raises(ToolConfigError, match="169.254.169.254.*--allow-host"):
+        build_tools({"scrape": spec}, trust=NO_TRUST)
+    build_tools({"scrape": spec}, trust=TrustPolicy(allow_hosts=("169.254.169.254",)))
