@@ -75,3 +75,17 @@ def test_scripted_run_shows_progress_from_the_start(scripted_run):
     assert "update actor done" in text
     assert "eval greedy done: 1/1 trees" in text
     assert "step:1 - actor/" in text  # the console logger, veRL's format
+
+
+def test_scripted_eval_of_the_run_folder_shows_progress_and_writes_trees(scripted_run, tmp_path, capsys):
+    from matpo_graph.cli import main
+    from matpo_graph.core.rollout import read_trees
+
+    run, _, _ = scripted_run
+    out = tmp_path / "eval.jsonl"
+    policy = f"scripted:{run.parent / 'script.json'}"
+    assert main(["eval", str(run), "--policy", policy, "--n", "2", "--samples", "1", "--out", str(out),
+                 "temperature=0.5"]) == 0
+    text = capsys.readouterr().out
+    assert "eval greedy done: 2/2 trees" in text and "eval sampled done: 2/2 trees" in text
+    assert len(read_trees(out)) == 4
