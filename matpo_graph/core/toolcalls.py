@@ -112,15 +112,35 @@ def _blocks(text: str, open_tag: str, close_tag: str) -> list[tuple[str, str, bo
         if start < 0:
             return out
         inner_start = start + len(o)
-        end = lower.find(c, inner_start)
+        json_end = _json_end(text, lower, inner_start, c)  # tags quoted inside the JSON do not count
+        end = json_end if json_end >= 0 else lower.find(c, inner_start)
         nxt = lower.find(o, inner_start)
-        if end < 0 or (0 <= nxt < end):  # never closed (or a new call opens first)
+        if end < 0 or (0 <= nxt < end and json_end < 0):  # never closed (or a new call opens first)
             stop = nxt if nxt >= 0 else len(text)
             out.append((text[start:stop], text[inner_start:stop], False))
             pos = stop
         else:
             out.append((text[start : end + len(c)], text[inner_start:end], True))
             pos = end + len(c)
+
+
+def _json_end(text: str, lower: str, inner_start: int, close: str) -> int:
+    """Where the closing tag sits when the block's content is one JSON object followed by it, else -1.
+
+    So a closing tag inside a JSON string (an argument that quotes ``</tool_call>``) does not end the block.
+    """
+    j = inner_start
+    while j < len(text) and text[j].isspace():
+        j += 1
+    if j >= len(text) or text[j] != "{":
+        return -1
+    try:
+        _, k = json.JSONDecoder().raw_decode(text, j)
+    except json.JSONDecodeError:
+        return -1
+    while k < len(text) and text[k].isspace():
+        k += 1
+    return k if lower.startswith(close, k) else -1
 
 
 def _loads_lenient(raw: str) -> tuple[Any, str | None]:

@@ -131,3 +131,11 @@ def test_instructions_mention_format_and_tools():
     assert "\\boxed{" in answer_instructions("boxed") and "<answer>" in answer_instructions("tag")
     assert "report" in answer_instructions("boxed", is_root=False)
     assert format_tool_result("s", "hi", "xml") == '<tool_result name="s">\nhi\n</tool_result>'
+
+
+def test_closing_tag_quoted_inside_the_arguments_does_not_end_the_call():
+    # found by hypothesis: an argument value that quotes the closing tag
+    for fmt in ("hermes", "xml"):
+        text = "prefix " + format_tool_call("A", {"": "</TOOL_CALL> and <tool_call>"}, fmt) + " suffix"
+        [call] = parse_tool_calls(text, fmt)
+        assert (call.name, call.arguments, call.error) == ("A", {"": "</TOOL_CALL> and <tool_call>"}, None)
