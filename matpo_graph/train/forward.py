@@ -15,7 +15,6 @@ positions that are scored.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -136,12 +135,15 @@ class ForwardEngine:
         precision: ``bf16`` runs the decoder layers under bfloat16 autocast, ``fp32`` does not, ``auto``
             picks bf16 where the CPU has native bfloat16.
         min_shared: the shortest common prefix (tokens) that gets a trie node of its own.
+        frozen_precision: the frozen lower stack's precision when it differs from `precision` (the RL
+            update keeps it float32, so bf16 rounding does not shift the trained layers' inputs).
 
     The frozen lower stack is the longest run of leading decoder layers without a trainable parameter
     (none when the input embeddings train); it always runs without autograd.
     """
 
-    def __init__(self, model: Any, *, precision: Precision = "fp32", min_shared: int = 32) -> None:
+    def __init__(self, model: Any, *, precision: Precision = "fp32", min_shared: int = 32,
+                 frozen_precision: Precision | None = None) -> None:
         inner = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.model = model
         self.backbone = getattr(inner, "model", None)
@@ -151,6 +153,7 @@ class ForwardEngine:
             raise TypeError(f"{type(inner).__name__} is not a decoder-only LM the forward engine knows "
                             "(it needs model.layers, embed_tokens, rotary_emb, norm and lm_head)")
         self.precision = resolve_precision(precision)
+        self.frozen_precision = None if frozen_precision is None else resolve_precision(frozen_precision)
         self.min_shared = max(1, int(min_shared))
 
     @property
@@ -165,8 +168,9 @@ class ForwardEngine:
             n += 1
         return n
 
-    def _autocast(self) -> Any:
-        return torch.autocast("cpu", dtype=torch.bfloat16) if self.precision == "bf16" else nullcontext()
+    def _autocast(self, frozen: bool = False) -> Any:
+        precision = self.frozen_precision if frozen and self.frozen_precision is not None else self.precision
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
 
     def row_logprobs(self, ids: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
                      temperatures: Sequence[float] | None = None, *, want_entropy: bool = False) -> RowLogprobs:
@@ -198,13 +202,13 @@ class ForwardEngine:
             mask = None
             if node.start > 0:
                 mask = torch.ones((w, node.end), dtype=torch.bool).tril(node.start)[None, None]
+            with self._autocast(frozen=True), torch.no_grad():
+                h = self.backbone.embed_tokens(tokens) if cut > 0 else None
+                rope = self.backbone.rotary_emb(self.backbone.embed_tokens.weight[:1][None], position_ids=positions)
+                fkv = _PastKV(frozen_past)
+                for layer in layers[:cut]:
+                    h = layer(h, attention_mask=mask, position_ids=positions, past_key_values=fkv, position_embeddings=rope)
             with self._autocast():
-                with torch.no_grad():
-                    h = self.backbone.embed_tokens(tokens) if cut > 0 else None
-                    rope = self.backbone.rotary_emb(self.backbone.embed_tokens.weight[:1][None], position_ids=positions)
-                    fkv = _PastKV(frozen_past)
-                    for layer in layers[:cut]:
-                        h = layer(h, attention_mask=mask, position_ids=positions, past_key_values=fkv, position_embeddings=rope)
                 if cut == 0:
                     h = self.backbone.embed_tokens(tokens)
                 tkv = _PastKV(trained_past)

