@@ -134,3 +134,10 @@ def test_packaging_core_verbs_run_without_any_extra(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "codes [0, 0, 0, 0]" in proc.stdout
     assert (tmp_path / "compiled" / "program.json").is_file()
+
+
+def test_packaging_lists_every_subpackage():
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "matpo_graph").rglob("__init__.py")}
+    found.add("matpo_graph.compilers")  # compilers/ installs under this name (package-dir)
+    assert found == listed
