@@ -115,7 +115,9 @@ CPU_OVERRIDES: tuple[str, ...] = (
     "actor_rollout_ref.rollout.free_cache_engine=false",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
     "actor_rollout_ref.rollout.enforce_eager=true",
-    "actor_rollout_ref.rollout.agent.num_workers=1",
+    # Each storage unit is a Ray actor of ~0.7 GB; veRL's default of 8 is 5 GB more than one machine needs.
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+    "data.dataloader_num_workers=0",
 )
 """Hydra overrides of a CPU run: after the bundle's run defaults, before the user's (which win)."""
 
@@ -332,24 +334,27 @@ def _launch_script(program: Program, plan: CreditPlan, graph_label: str, device:
     for item in graph_overrides(program, plan, bundle_dir="${HERE}"):
         key, _, value = item.partition("=")
         lines.append(f'  "{key}={value}"' if "${HERE}" in value else f"  {shlex.quote(item)}")
-    lines += [")", "", "# Run settings: from the environment, with these defaults.", "run_args=("]
-    for key, env, default in run_defaults(program):
-        lines.append(f'  "{key}=${{{env}:-{default}}}"' if default else f'  "{key}=${{{env}}}"')
-    lines += [")", ""]
     device_args = ""
     if device == "cpu":
         lines += [
+            ")",
+            "",
             "# CPU run (compiled with --device cpu): matpo-graph's CPU platform for veRL, loaded in every",
             "# veRL process through veRL's external-module hook, plus the overrides a CPU needs.",
             "unset CUDA_VISIBLE_DEVICES  # Ray would read an empty list as zero GPUs",
             *(f"export {k}=${{{k}:-{v}}}" for k, v in CPU_ENVIRONMENT),
             'export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"',
+            "# Smaller micro-batches than on a GPU: the logits of a micro-batch are tokens x vocabulary floats.",
+            f'export MAX_TOKENS_PER_GPU="${{MAX_TOKENS_PER_GPU:-{program.context_tokens}}}"',
+            'export AGENT_WORKERS="${AGENT_WORKERS:-1}"',
             "cpu_args=(",
             *(f"  {shlex.quote(o)}" for o in CPU_OVERRIDES),
-            ")",
-            "",
         ]
         device_args = ' "${cpu_args[@]}"'
+    lines += [")", "", "# Run settings: from the environment, with these defaults.", "run_args=("]
+    for key, env, default in run_defaults(program):
+        lines.append(f'  "{key}=${{{env}:-{default}}}"' if default else f'  "{key}=${{{env}}}"')
+    lines += [")", ""]
     lines += [
         f'exec "$PYTHON" -m verl.trainer.main_ppo "${{graph_args[@]}}" "${{run_args[@]}}"{device_args} "$@"',
         "",

@@ -305,7 +305,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
                 raise
             return _fail("error: the verl target is not available in this installation (matpo_graph.compilers.verl is missing)")
         try:
-            verl.compile_verl_bundle(graph, program, plan, Path(args.output), graph_path=graph_path)
+            verl.compile_verl_bundle(graph, program, plan, Path(args.output), graph_path=graph_path,
+                                     device=getattr(args, "device", None) or "cuda")
         except (GraphError, ValueError) as exc:
             return _fail(f"error: cannot build the veRL bundle: {exc}")
         print(f"wrote the veRL bundle into {args.output}")
@@ -363,4 +364,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("graph", metavar="GRAPH", help="graph YAML file")
     p.add_argument("-o", "--out", "--output", dest="output", required=True, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--target", choices=("local", "verl"), default="local", help="local (default) or verl")
+    p.add_argument("--device", choices=("cuda", "cpu"),
+                   help="with --target verl: cuda (default; veRL's GPU path) or cpu (launch.sh runs veRL on this CPU)")
     p.set_defaults(func=_cmd_compile)

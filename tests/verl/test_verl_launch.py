@@ -56,6 +56,8 @@ def test_cpu_bundle_exports_the_cpu_platform_and_its_overrides_compose(tmp_path:
     cfg = compose_verl(list(CPU_OVERRIDES))
     assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.actor.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.rollout.enable_sleep_mode is False and cfg.ray_kwargs.ray_init.num_gpus == 1
+    assert main(["compile", str(TINY_GRAPH), "--target", "verl", "--device", "cpu", "-o", str(tmp_path / "compiled")]) == 0
+    assert (tmp_path / "compiled" / "launch.sh").read_text() == script  # the CLI writes the same CPU launch script
     cuda = prepare_verl_run(TINY_GRAPH, ["data.train_files=/d/t.parquet", "actor_rollout_ref.model.path=/m"], tmp_path / "gpu")
     assert "cpu_args" not in (cuda.bundle_dir / "launch.sh").read_text() and "VERL_PLATFORM" not in (cuda.bundle_dir / "launch.sh").read_text()
 
