@@ -26,6 +26,8 @@ __all__ = ["CANONICAL_PREFIXES", "LEGACY_NAMES", "canonical_name", "canonical_ro
 CANONICAL_PREFIXES: tuple[str, ...] = (
     "actor/", "critic/", "response_length/", "prompt_length/", "timing_s/", "timing_per_token_ms/", "perf/",
     "training/", "val-core/", "val-aux/", "matpo/",
+    # more of veRL's own namespaces, read back from a veRL log unchanged
+    "rollout_corr/", "global_seqlen/", "num_turns/", "response/", "response_length_non_aborted/",
 )
 
 # Names written by runs before the shared vocabulary -> their name now. Anything else without a
