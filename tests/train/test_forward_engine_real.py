@@ -48,7 +48,7 @@ def reference(setup):  # type: ignore[no-untyped-def]
     return ref.loss_and_gradients(trees)
 
 
-@pytest.mark.parametrize("precision, loss_tol, grad_tol, min_cos", [("fp32", 1e-5, 1e-3, 0.99999), ("bf16", 2e-3, 0.25, 0.98)])
+@pytest.mark.parametrize("precision, loss_tol, grad_tol, min_cos", [("fp32", 1e-5, 1e-3, 0.99999), ("bf16", 2e-3, 0.1, 0.995)])
 def test_engine_loss_and_gradient_match_the_float32_reference(setup, reference, precision, loss_tol, grad_tol, min_cos):
     plan, model_dir, trees = setup
     want_loss, want = reference

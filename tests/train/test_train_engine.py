@@ -35,6 +35,8 @@ def _cfg(steps: int):  # type: ignore[no-untyped-def]
 def test_two_steps_train_sync_checkpoint_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from safetensors.torch import load_file
 
+    monkeypatch.setenv("MATPO_GRAPH_TRUST_CODE", "credit_fixture")  # the test's own credit strategy: trusted code
+
     from matpo_graph.core.rollout import read_trees
     from matpo_graph.env.world import build_world
     from matpo_graph.runtime.models import resolve_model
