@@ -172,6 +172,8 @@ def _compile(graph: Graph, base_dir: Path) -> tuple[Program, CreditPlan]:
         max_depth=graph.limits.max_depth,
         context_tokens=graph.limits.context_tokens,
         summary_reserve=graph.limits.summary_reserve,
+        tree_seconds=graph.limits.tree_seconds,
+        tree_tokens=graph.limits.tree_tokens,
         max_concurrency=graph.limits.max_concurrency,
     )
     digest = _sha(canonical_json(program) + canonical_json(plan))

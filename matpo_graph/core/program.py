@@ -100,6 +100,8 @@ class Program(_Data):
     max_depth: int
     context_tokens: int
     summary_reserve: int
+    tree_seconds: float | None = Field(default=None, description="Wall-clock budget of one tree (None: none); see Limits.")
+    tree_tokens: int | None = Field(default=None, description="Generated-token budget of one tree (None: none); see Limits.")
     max_concurrency: int
 
     def template_hashes(self) -> dict[str, str]:

@@ -41,6 +41,7 @@ Termination = Literal[
     "max_turns",  # ran out of turns (a forced answer/summary may follow)
     "context_overflow",  # the context budget ran out
     "policy_error",  # the policy failed; recorded, not raised
+    "truncated",  # the tree ran past limits.tree_seconds or limits.tree_tokens and was cut while this one was open
 ]
 
 
@@ -151,6 +152,11 @@ class RolloutTree(_Data):
     trajectories: list[Trajectory] = Field(default_factory=list, description="Root first, then descendants in creation order.")
     reward: RewardBreakdown | None = None
     seconds: float = 0.0
+    truncated: Literal["tree_seconds", "tree_tokens"] | None = Field(
+        default=None,
+        description="Which per-tree budget (limits.tree_seconds or tree_tokens) cut this tree; None when it ran to its end. "
+        "Its open trajectories end with termination 'truncated'.",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

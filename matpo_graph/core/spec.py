@@ -278,6 +278,24 @@ class Limits(_Strict):
     )
     context_tokens: int = Field(default=8192, ge=256, le=1_048_576, description="Token budget of one trajectory's context.")
     summary_reserve: int = Field(default=512, ge=0, description="Tokens kept free for the closing summary or answer.")
+    tree_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        description="Wall-clock budget of one rollout tree in seconds (null: none). A tree past it is cut: its open model "
+        "and tool calls and its children stop, it is marked truncated and scored with what its root wrote (no answer: "
+        "the reward of a missing answer). Off by default: wall time depends on the machine and its load, so a default "
+        "would make one seed give different trees on different machines.",
+    )
+    tree_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=16_777_216,
+        description="Budget of generated tokens of one rollout tree, summed over all its trajectories (null: none). A turn "
+        "asks for at most what is left; once the tree has generated this many tokens it is cut like a tree past "
+        "tree_seconds. Off by default, so existing graphs roll out as before: max_turns, max_tokens_per_turn and "
+        "max_depth already bound every tree, and this only caps the rare tree that fans out and loops.",
+    )
     max_concurrency: int = Field(default=64, ge=1, le=4096, description="Global cap on concurrent tool and child calls of one rollout tree.")
 
 

@@ -70,6 +70,7 @@ def rollout_metrics(trees: Sequence[RolloutTree], *, prefix: str = "") -> dict[s
         "invalid_call_rate": invalid_calls / all_calls if all_calls else 0.0,
         "valid_calls": float(all_calls - invalid_calls),
         "group_variance_share": group_variance_share(trees),
+        "truncated": float(sum(1 for t in trees if t.truncated is not None)),
     }
     for role, n in sorted(tokens_by_role.items()):
         out[f"tokens/{role}"] = float(n)
