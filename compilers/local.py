@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from matpo_graph.core.errors import GraphError, SpecIssue
 from matpo_graph.core.loader import load_graph
+from matpo_graph.core.policies import compile_policies, role_policies
 from matpo_graph.core.program import CallableView, CreditPlan, Program, RoleProgram, TemplateSource
 from matpo_graph.core.spec import Graph, Role, TemplateRef
 from matpo_graph.core.templates import BUILTIN_TEMPLATES, resolve_template
@@ -101,6 +102,7 @@ def _role_program(graph: Graph, name: str, role: Role, base_dir: Path) -> RolePr
         final_summary=role.final_summary,
         trainable=role.trainable,
         temperature=role.temperature,
+        policy=role_policies({name: role}, graph.policies)[name],
     )
 
 
@@ -160,6 +162,7 @@ def _compile(graph: Graph, base_dir: Path) -> tuple[Program, CreditPlan]:
         numeric_tolerance=reward.accuracy.numeric_tolerance,
         calling_roles=sorted(n for n, r in graph.roles.items() if r.tools or graph.edges_from(n)),
         trained_roles=sorted(n for n, r in graph.roles.items() if r.trainable),
+        role_policies=dict(sorted(role_policies(graph.roles, graph.policies).items())),
     )
     program = Program(
         graph_name=graph.name,
@@ -175,6 +178,7 @@ def _compile(graph: Graph, base_dir: Path) -> tuple[Program, CreditPlan]:
         tree_seconds=graph.limits.tree_seconds,
         tree_tokens=graph.limits.tree_tokens,
         max_concurrency=graph.limits.max_concurrency,
+        policies=compile_policies(graph.roles, graph.policies),
     )
     digest = _sha(canonical_json(program) + canonical_json(plan))
     return program.model_copy(update={"graph_sha256": digest}), plan

@@ -201,6 +201,18 @@ def check_verl(program: Program, plan: CreditPlan) -> list[SpecIssue]:
                 "use `credit.kl.coef: 0` (the default) for the verl target, or `credit.loss_agg: token_mean`",
             )
         )
+    for name, policy in sorted(program.policies.items()):
+        if policy.kind != "shared":
+            roles = sorted(r for r, role in program.roles.items() if role.policy == name)
+            issues.append(
+                _issue(
+                    ("policies", name, "kind"),
+                    f"policy {name!r} is {policy.kind} (roles: {', '.join(roles) or 'none'}), but veRL 0.9.1 trains one "
+                    "actor: every role would be played and trained by the same weights, a different run than the graph asks for",
+                    "use one shared policy (no `policies:` section, or `kind: shared`) for the verl target, or train "
+                    "per-role policies with the local trainer",
+                )
+            )
     if plan.loss_agg == "seq_mean_token_mean":
         issues.append(
             _issue(

@@ -47,6 +47,8 @@ IssueCode = Literal[
     "unreachable-role",
     "depth-exceeded",
     "unused-tool",
+    "unknown-policy",
+    "unused-policy",
     # templates
     "template-syntax",
     "template-not-found",

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from matpo_graph.core.errors import GraphError, SpecIssue, did_you_mean
-from matpo_graph.core.spec import CreditSpec, Edge, Graph, Limits, RewardSpec, Role, ToolSpec
+from matpo_graph.core.spec import CreditSpec, Edge, Graph, Limits, PolicySpec, RewardSpec, Role, ToolSpec
 from matpo_graph.core.trust import TrustPolicy
 from matpo_graph.core.validate import Partial, semantic_issues
 from matpo_graph.core.yaml_loader import MarkedYaml, load_marked
@@ -141,7 +141,7 @@ def _check_text(text: str, *, base_dir: Path, file: str, trust: TrustPolicy | No
 # --------------------------------------------------------------------------- positions
 
 
-_KEY_CODES = {"unknown-key", "duplicate-key", "unreachable-role", "invalid-name", "unused-tool"}
+_KEY_CODES = {"unknown-key", "duplicate-key", "unreachable-role", "invalid-name", "unused-tool", "unused-policy"}
 
 
 def _locate(issues: list[SpecIssue], marked: MarkedYaml) -> list[SpecIssue]:
@@ -327,6 +327,7 @@ def _salvage(data: dict[str, Any]) -> Partial:
     raw_roles = data.get("roles") if isinstance(data.get("roles"), dict) else {}
     raw_tools = data.get("tools") if isinstance(data.get("tools"), dict) else {}
     raw_edges = data.get("edges") if isinstance(data.get("edges"), list) else []
+    raw_policies = data.get("policies") if isinstance(data.get("policies"), dict) else {}
     roles: dict[str, Role] = {}
     for name, raw in raw_roles.items():
         roles[str(name)] = _try(Role, raw)  # type: ignore[assignment]
@@ -350,6 +351,7 @@ def _salvage(data: dict[str, Any]) -> Partial:
         complete=False,
         credit=credit,
         reward=reward,
+        policies={str(name): _try(PolicySpec, raw) for name, raw in raw_policies.items()},
     )
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "RUNTIME_VARIABLE_DOCS",
     "CallableView",
     "CreditPlan",
+    "PolicyProgram",
     "Program",
     "RoleProgram",
     "TemplateSource",
@@ -65,6 +66,25 @@ class CallableView(_Data):
     max_result_chars: int = 4000
 
 
+class PolicyProgram(_Data):
+    """A policy with its defaults filled in: which weights play the roles bound to it.
+
+    ``shared`` is the base model every role without a policy of its own uses; ``lora`` is one adapter on that
+    base model; ``separate`` is a model of its own, whose tokenizer must equal the base model's (trajectories
+    are token ids, compared across roles): the core records that requirement, the runtime checks it when it
+    loads the models.
+    """
+
+    name: str
+    kind: Literal["shared", "lora", "separate"]
+    rank: int | None = Field(default=None, description="lora: adapter rank.")
+    alpha: float | None = Field(default=None, description="lora: scaling numerator (alpha / rank).")
+    dropout: float | None = Field(default=None, description="lora: dropout on the adapter's input.")
+    target_modules: list[str] | Literal["all-linear"] | None = Field(default=None, description="lora: wrapped modules.")
+    model: str | None = Field(default=None, description="separate: a model folder, the embedded name or a Hub id.")
+    requires_base_tokenizer: bool = Field(default=False, description="separate: its tokenizer must equal the base model's.")
+
+
 class RoleProgram(_Data):
     name: str
     description: str = ""
@@ -78,6 +98,7 @@ class RoleProgram(_Data):
     final_summary: Literal["never", "always", "on_overflow"]
     trainable: bool = True
     temperature: float | None = None
+    policy: str = Field(default="shared", description="Name of the policy (in Program.policies) that plays this role.")
 
     def callable(self, name: str) -> CallableView | None:
         for c in self.callables:
@@ -103,6 +124,14 @@ class Program(_Data):
     tree_seconds: float | None = Field(default=None, description="Wall-clock budget of one tree (None: none); see Limits.")
     tree_tokens: int | None = Field(default=None, description="Generated-token budget of one tree (None: none); see Limits.")
     max_concurrency: int
+    policies: dict[str, PolicyProgram] = Field(
+        default_factory=lambda: {"shared": PolicyProgram(name="shared", kind="shared")},
+        description="Policies by name; programs written before policies existed play every role with one shared policy.",
+    )
+
+    def role_policies(self) -> dict[str, str]:
+        """role -> policy name."""
+        return {name: role.policy for name, role in self.roles.items()}
 
     def template_hashes(self) -> dict[str, str]:
         """{'<role>.<part>': sha256} for every template, recorded with each run and checkpoint."""
@@ -142,3 +171,8 @@ class CreditPlan(_Data):
         description="Roles that have something to call (tools or edges); format scoring skips the others. None: every role.",
     )
     trained_roles: list[str] = Field(description="Roles whose trajectories enter the loss.")
+    role_policies: dict[str, str] = Field(
+        default_factory=dict,
+        description="role -> the policy that plays it (and is trained on its tokens); a role not listed is on the "
+        "shared policy. The advantage does not depend on it: one plan credits every trajectory.",
+    )

@@ -108,6 +108,15 @@ class Trajectory(_Data):
     format_score: float | None = None
     seconds: float = 0.0
     error: str | None = Field(default=None, description="Why the policy or the trajectory's setup failed (termination policy_error).")
+    policy: str = Field(
+        default="shared",
+        description="The policy that generated this trajectory's tokens and is trained on them (files written before "
+        "policies existed read as 'shared').",
+    )
+    adapter: str | None = Field(
+        default=None,
+        description="The LoRA adapter (and its version) the engine served, for lora policies; None otherwise.",
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> "Trajectory":

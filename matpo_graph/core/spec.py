@@ -24,11 +24,14 @@ __all__ = [
     "JudgeSpec",
     "KLSpec",
     "Limits",
+    "PolicySpec",
     "RewardSpec",
     "Role",
     "TemplateRef",
     "ToolSpec",
     "DEFAULT_EDGE_PARAMETERS",
+    "DEFAULT_POLICY",
+    "LORA_DEFAULTS",
     "NAME_PATTERN",
 ]
 
@@ -37,6 +40,12 @@ _NAME_RE = re.compile(NAME_PATTERN)
 _TEMPLATE_FILE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".txt", ".md")
 
 BUILTIN_SCORERS: tuple[str, ...] = ("exact_match", "f1", "contains", "numeric", "judge")
+
+DEFAULT_POLICY = "shared"
+"""The policy of roles without `policy:` when the graph declares no `shared` policy of its own."""
+
+LORA_DEFAULTS: dict[str, Any] = {"rank": 8, "alpha": None, "dropout": 0.0, "target_modules": "all-linear"}
+"""Defaults of a lora policy's fields (alpha None: 2 x rank)."""
 
 DEFAULT_EDGE_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -117,6 +126,10 @@ class Role(_Strict):
     )
     trainable: bool = Field(default=True, description="Whether this role's trajectories enter the loss.")
     temperature: float | None = Field(default=None, ge=0.0, le=5.0, description="Sampling temperature override for this role.")
+    policy: str | None = Field(
+        default=None,
+        description="Name of the policy (under `policies:`) that plays this role; default: the shared policy.",
+    )
 
 
 class ToolSpec(_Strict):
@@ -299,6 +312,31 @@ class Limits(_Strict):
     max_concurrency: int = Field(default=64, ge=1, le=4096, description="Global cap on concurrent tool and child calls of one rollout tree.")
 
 
+class PolicySpec(_Strict):
+    """Which weights play a role: the shared model, a LoRA adapter on it, or a separate model.
+
+    Fields that do not belong to the policy's kind are reported by validation, at their own line.
+    """
+
+    kind: Literal["shared", "lora", "separate"] = Field(
+        description="shared: the one set of weights every role without `policy:` uses (the default); lora: one adapter "
+        "on the shared base model, trained only on its roles' tokens; separate: a model of its own.",
+    )
+    description: str = Field(default="", description="What this policy is for; shown in drawings.")
+    rank: int | None = Field(default=None, ge=1, le=1024, description="lora: adapter rank (default 8).")
+    alpha: float | None = Field(default=None, gt=0.0, description="lora: scaling numerator, the update is scaled by alpha / rank (default 2 x rank).")
+    dropout: float | None = Field(default=None, ge=0.0, lt=1.0, description="lora: dropout on the adapter's input (default 0).")
+    target_modules: list[str] | Literal["all-linear"] | None = Field(
+        default=None,
+        description="lora: module names the adapter wraps, e.g. [q_proj, v_proj], or all-linear (the default).",
+    )
+    model: str | None = Field(
+        default=None,
+        description="separate (required): a local model folder, the embedded model's name or a Hub id. Its tokenizer must "
+        "equal the base model's (checked when the models are loaded).",
+    )
+
+
 class Graph(_Strict):
     """A multi-agent graph: roles, tools, delegation edges, reward, credit and limits."""
 
@@ -317,8 +355,13 @@ class Graph(_Strict):
     reward: RewardSpec = Field(default_factory=RewardSpec, description="How the root's final answer is scored.")
     credit: CreditSpec = Field(default_factory=CreditSpec, description="How the reward becomes advantages, and the loss settings.")
     limits: Limits = Field(default_factory=Limits, description="Depth, context and concurrency limits of one rollout tree.")
+    policies: dict[str, PolicySpec] = Field(
+        default_factory=dict,
+        description="Policies by name (shared, lora, separate); roles pick one with `policy:`. Without this section every "
+        "role is played by one shared policy.",
+    )
 
-    @field_validator("roles", "tools")
+    @field_validator("roles", "tools", "policies")
     @classmethod
     def _names(cls, v: dict[str, Any]) -> dict[str, Any]:
         bad = [k for k in v if not _NAME_RE.match(k)]

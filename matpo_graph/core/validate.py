@@ -37,7 +37,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from matpo_graph.core.errors import SpecIssue, did_you_mean
 from matpo_graph.core.program import RUNTIME_VARIABLES
-from matpo_graph.core.spec import CreditSpec, Edge, ExampleMessage, Graph, Limits, RewardSpec, Role, TemplateRef, ToolSpec
+from matpo_graph.core.policies import policy_issues
+from matpo_graph.core.spec import CreditSpec, Edge, ExampleMessage, Graph, Limits, PolicySpec, RewardSpec, Role, TemplateRef, ToolSpec
 from matpo_graph.core.template_limits import RENDER_SECONDS, TemplateLimitError
 from matpo_graph.core.templates import TemplateIncludeError, read_inside, render, resolve_template, undeclared_variables
 from matpo_graph.core.trust import TrustPolicy, active_trust, is_code_ref, literal_host_problem
@@ -63,6 +64,7 @@ class Partial:
     complete: bool = True
     credit: CreditSpec | None = field(default=None)
     reward: RewardSpec | None = field(default=None)
+    policies: dict[str, PolicySpec | None] = field(default_factory=dict)
 
     @classmethod
     def from_graph(cls, graph: Graph) -> "Partial":
@@ -77,6 +79,7 @@ class Partial:
             answer_format=graph.reward.answer_format,
             credit=graph.credit,
             reward=graph.reward,
+            policies=dict(graph.policies),
         )
 
     def valid_edges(self) -> Iterator[tuple[int, Edge]]:
@@ -92,6 +95,7 @@ def semantic_issues(g: Partial, base_dir: Path | None, *, trust: TrustPolicy | N
     """
     issues: list[SpecIssue] = []
     issues += _reference_issues(g)
+    issues += policy_issues(g.roles, g.policies)
     issues += _structure_issues(g)
     issues += _schema_issues(g)
     issues += _template_issues(g, base_dir)

@@ -62,6 +62,8 @@ class _Traj:
     started: float = 0.0
     seconds: float = 0.0
     children: int = 0
+    policy: str = "shared"
+    adapter: str | None = None
 
 
 @dataclass
@@ -322,7 +324,8 @@ class Executor:
         variables = self._variables(tree, role, depth, task, parent.role if parent else None)
         messages = await self._initial_messages(role, variables)  # raises before the trajectory exists
         t = _Traj(
-            traj_id, parent.traj_id if parent else None, role_name, depth, dict(task), started=time.perf_counter()
+            traj_id, parent.traj_id if parent else None, role_name, depth, dict(task), started=time.perf_counter(),
+            policy=role.policy,
         )
         tree.trajs.append(t)
         t.ctx = ctx = ContextBuilder(self._chat_for(role), messages)
@@ -447,6 +450,8 @@ class Executor:
             if len(gen.token_ids) != len(gen.logprobs) or not gen.token_ids:
                 raise ValueError(f"policy returned {len(gen.token_ids)} tokens and {len(gen.logprobs)} logprobs")
             self._spend(tree, t, len(gen.token_ids))
+            if gen.adapter is not None:
+                t.adapter = gen.adapter  # the latest adapter version that sampled this trajectory
             return gen
         except Exception as exc:  # noqa: BLE001 - any backend failure is recorded, the rollout goes on
             t.termination = "policy_error"
@@ -583,4 +588,6 @@ class Executor:
             task=t.task,
             seconds=t.seconds,
             error=t.error,
+            policy=t.policy,
+            adapter=t.adapter,
         )

@@ -34,6 +34,7 @@ class Generation(BaseModel):
     logprobs: list[float]
     finish_reason: str = "stop"
     text: str | None = Field(default=None, description="Decoded text, when the backend has it.")
+    adapter: str | None = Field(default=None, description="The LoRA adapter (name@version) that sampled it, if any.")
 
 
 class PolicyError(RuntimeError):

@@ -31,6 +31,7 @@ __all__ = [
     "check_masked_tokens_zero",
     "check_matpo_invariants",
     "check_permutation_invariant",
+    "check_policy_binding",
     "check_untrained_roles_excluded",
     "credit_batches",
     "credit_cases",
@@ -48,7 +49,8 @@ _HOME = {
     "checks": (
         "InvariantViolation", "check_broadcast", "check_credit_invariants", "check_degenerate_groups_zero",
         "check_group_normalized", "check_masked_tokens_zero", "check_matpo_invariants",
-        "check_permutation_invariant", "check_untrained_roles_excluded", "expected_root_advantages",
+        "check_permutation_invariant", "check_policy_binding", "check_untrained_roles_excluded",
+        "expected_root_advantages",
     ),
     "strategies": (
         "DYADIC_REWARDS", "CreditCase", "credit_batches", "credit_cases", "credit_plans", "graphs", "rewards",

@@ -9,11 +9,12 @@ defaults for a shape, for tests and for tools that have trees but no compiled pl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from matpo_graph.core.program import CreditPlan, Program
-from matpo_graph.core.spec import CreditSpec, Graph, RewardSpec
+from matpo_graph.core.policies import role_policies
+from matpo_graph.core.spec import DEFAULT_POLICY, CreditSpec, Graph, RewardSpec
 
 __all__ = ["EdgeShape", "GraphShape", "make_plan", "shape_of"]
 
@@ -39,6 +40,8 @@ class GraphShape:
     """Tool names by role."""
     max_depth: int
     """Deepest nesting level (the root is depth 0)."""
+    policies: Mapping[str, str] = field(default_factory=dict)
+    """Policy by role (see :mod:`matpo_graph.core.policies`); a role not listed is on ``shared``."""
 
     def __post_init__(self) -> None:
         if self.root not in self.roles:
@@ -58,6 +61,7 @@ class GraphShape:
             edges={r: tuple(EdgeShape(e.as_, e.to, e.max_parallel) for e in graph.edges_from(r)) for r in graph.roles},
             tools={r: tuple(role.tools) for r, role in graph.roles.items()},
             max_depth=graph.limits.max_depth,
+            policies=role_policies(graph.roles, graph.policies),
         )
 
     @classmethod
@@ -71,7 +75,12 @@ class GraphShape:
             },
             tools={r: tuple(c.name for c in role.callables if c.kind == "tool") for r, role in program.roles.items()},
             max_depth=program.max_depth,
+            policies=program.role_policies(),
         )
+
+    def policy_of(self, role: str) -> str:
+        """The policy that plays `role`."""
+        return self.policies.get(role, DEFAULT_POLICY)
 
     def calling_roles(self) -> list[str]:
         """Roles with at least one tool or edge."""
@@ -121,6 +130,7 @@ def make_plan(source: Graph | Program | GraphShape, **overrides: Any) -> CreditP
         "numeric_tolerance": reward.accuracy.numeric_tolerance,
         "calling_roles": shape.calling_roles(),
         "trained_roles": list(shape.roles),
+        "role_policies": {r: shape.policy_of(r) for r in sorted(shape.roles)},
     }
     unknown = set(overrides) - set(CreditPlan.model_fields)
     if unknown:

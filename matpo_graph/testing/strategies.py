@@ -44,9 +44,14 @@ def rewards(*, dyadic_only: bool = False) -> st.SearchStrategy[float]:
 
 
 @st.composite
-def graphs(draw: st.DrawFn, *, max_roles: int = 4, max_edges: int = 5, max_tools: int = 2) -> Graph:
+def graphs(draw: st.DrawFn, *, max_roles: int = 4, max_edges: int = 5, max_tools: int = 2,
+           policies: bool = False) -> Graph:
     """Random valid DSL graphs: roles ``r0`` (root) .. ``rK``, random tools and delegation edges
-    (cycles and self-delegation allowed; ``limits.max_depth`` bounds the recursion)."""
+    (cycles and self-delegation allowed; ``limits.max_depth`` bounds the recursion).
+
+    With ``policies=True`` the graph also declares up to three policies (lora groups, a separate model,
+    sometimes its own shared policy) and binds each role to one of them or leaves it on the shared default;
+    several roles often share one lora policy."""
     n_roles = draw(st.integers(1, max_roles))
     roles = [f"r{i}" for i in range(n_roles)]
     tool_names = [f"tool{i}" for i in range(draw(st.integers(0, max_tools)))]
@@ -62,16 +67,39 @@ def graphs(draw: st.DrawFn, *, max_roles: int = 4, max_edges: int = 5, max_tools
         {"from": a, "to": b, "as": f"call_{b}", "max_parallel": draw(st.integers(1, 3))}
         for a, b in pairs
     ]
-    return Graph.model_validate(
-        {
-            "name": "random",
-            "root": "r0",
-            "roles": role_defs,
-            "tools": tools,
-            "edges": edges,
-            "limits": {"max_depth": draw(st.integers(1, 3))},
-        }
-    )
+    data: dict[str, Any] = {
+        "name": "random",
+        "root": "r0",
+        "roles": role_defs,
+        "tools": tools,
+        "edges": edges,
+        "limits": {"max_depth": draw(st.integers(1, 3))},
+    }
+    if policies:
+        declared = _policy_section(draw)
+        names = [*declared, None]
+        for r in roles:
+            chosen = draw(st.sampled_from(names))
+            if chosen is not None:
+                role_defs[r]["policy"] = chosen
+        data["policies"] = declared
+    return Graph.model_validate(data)
+
+
+def _policy_section(draw: st.DrawFn) -> dict[str, Any]:
+    """Up to three policies: lora groups (random rank), a separate model, at most one shared policy."""
+    out: dict[str, Any] = {}
+    for i in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["lora", "lora", "separate", "shared"]))
+        if kind == "shared":
+            if any(p["kind"] == "shared" for p in out.values()):
+                continue
+            out["base"] = {"kind": "shared"}
+        elif kind == "lora":
+            out[f"lora{i}"] = {"kind": "lora", "rank": draw(st.sampled_from([4, 8, 16]))}
+        else:
+            out[f"sep{i}"] = {"kind": "separate", "model": "smollm2-135m-instruct"}
+    return out
 
 
 @st.composite
@@ -144,6 +172,7 @@ def rollout_trees(
             logprobs=lps,
             prompt_length=prompt,
             turns=turns,
+            policy=shape.policy_of(role),
         )
         for child_role, child_id in pending:
             build(child_role, depth + 1, child_id, traj_id)

@@ -12,6 +12,15 @@ cut into micro-batches under a token budget for memory (:func:`split_microbatche
 gradients are accumulated before the mini-batch's single optimizer step. A mini-batch carries
 ``scale = K`` so each step sees a loss of full-batch magnitude (the K losses average to the
 full-batch loss).
+
+Several policies (see :mod:`matpo_graph.core.policies`): every row records the policy that generated
+it (``policy_index``). The loss weights are computed over the WHOLE step first, exactly as with one
+shared policy, and only then are the rows partitioned by policy (:func:`split_by_policy`). So, for
+every ``loss_agg``, a tree whose trajectories belong to two policies keeps its per-tree denominator
+(all its generated tokens, whichever policy produced them); each policy's loss is the sum of its own
+rows' terms; the per-policy losses sum to the shared loss; and, since a row's logprobs depend only on
+its own policy's parameters, each policy's gradient is the gradient of that one shared loss with
+respect to its parameters. A policy with no rows in a step gets a zero loss.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ __all__ = [
     "pack_trees",
     "plan_updates",
     "row_weights",
+    "split_by_policy",
     "split_microbatches",
     "split_minibatches",
 ]
@@ -60,9 +70,12 @@ class PackedBatch:
     tree_index: torch.Tensor  # [N] long, index into tree_ids
     role_index: torch.Tensor  # [N] long, index into role_names
     depth: torch.Tensor  # [N] long
+    policy_index: torch.Tensor  # [N] long, index into policy_names
     tree_ids: tuple[str, ...]
     traj_keys: tuple[TrajKey, ...]  # per row
     role_names: tuple[str, ...]
+    policy_names: tuple[str, ...]
+    """The policy of each row is ``policy_names[policy_index[row]]`` (the trajectory's ``policy``)."""
     loss_agg: LossAgg
     scale: float = 1.0
     """Multiplier of this batch's loss: K for one of K mini-batches, so each step's loss has full-batch size."""
@@ -94,6 +107,7 @@ class PackedBatch:
             tree_index=self.tree_index[idx],
             role_index=self.role_index[idx],
             depth=self.depth[idx],
+            policy_index=self.policy_index[idx],
             traj_keys=tuple(self.traj_keys[i] for i in rows),
             scale=self.scale if scale is None else scale,
         )
@@ -104,7 +118,7 @@ class PackedBatch:
 
 _TENSOR_FIELDS = (
     "input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages", "loss_weights",
-    "tree_index", "role_index", "depth",
+    "tree_index", "role_index", "depth", "policy_index",
 )  # fmt: skip
 
 
@@ -181,6 +195,8 @@ def pack_trees(
     unknown = sorted({traj.role for _, _, traj in rows} - set(role_pos))
     if unknown:
         raise PackError(f"roles {unknown} are not in role_names {list(names)}")
+    policies = tuple(sorted({traj.policy for _, _, traj in rows}))
+    policy_pos = {name: i for i, name in enumerate(policies)}
     width = max((len(traj.token_ids) for _, _, traj in rows), default=0)
     n = len(rows)
 
@@ -205,11 +221,30 @@ def pack_trees(
         tree_index=torch.tensor([ti for ti, _, _ in rows], dtype=torch.long),
         role_index=torch.tensor([role_pos[traj.role] for _, _, traj in rows], dtype=torch.long),
         depth=torch.tensor([traj.depth for _, _, traj in rows], dtype=torch.long),
+        policy_index=torch.tensor([policy_pos[traj.policy] for _, _, traj in rows], dtype=torch.long),
         tree_ids=tuple(tree.tree_id for tree in trees),
         traj_keys=tuple((tree.tree_id, traj.traj_id) for _, tree, traj in rows),
         role_names=names,
+        policy_names=policies,
         loss_agg=loss_agg,
     )
+
+
+def split_by_policy(batch: PackedBatch) -> dict[str, PackedBatch]:
+    """The batch's rows partitioned by the policy that generated them, each part in batch order.
+
+    Weights and ``scale`` are kept as they are (computed over the whole step, see the module docstring),
+    so ``sum(policy_loss(part) for part in parts) == policy_loss(batch)`` for every ``loss_agg``, and each
+    policy's optimizer trains only on its own roles' tokens. Policies are in ``policy_names`` order; a
+    policy without rows is absent.
+    """
+    index = batch.policy_index.tolist()
+    out: dict[str, PackedBatch] = {}
+    for p, name in enumerate(batch.policy_names):
+        rows = [r for r, q in enumerate(index) if q == p]
+        if rows:
+            out[name] = batch.select(rows)
+    return out
 
 
 def split_minibatches(batch: PackedBatch, num_minibatches: int) -> list[PackedBatch]:

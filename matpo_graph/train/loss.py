@@ -8,6 +8,10 @@ clipped term is verl's ``compute_policy_loss_vanilla`` token for token (log-rati
 
 Tokens off the loss mask are replaced by constants before any arithmetic, so they receive exactly
 zero gradient even when their logprobs are inf or NaN.
+
+With per-role policies each policy's loss is this function on its own rows
+(:func:`matpo_graph.train.batch.split_by_policy`): the weights stay the whole step's, so the
+policies' losses sum to the shared loss.
 """
 
 from __future__ import annotations

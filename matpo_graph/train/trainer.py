@@ -53,6 +53,10 @@ class LocalTrainer:
         from matpo_graph.train.session import RolloutSession
 
         started = time.monotonic()
+        others = sorted(f"{n} ({p.kind})" for n, p in self.program.policies.items() if p.kind != "shared")
+        if others:  # never a silently different run: one model would play and train every role
+            raise ValueError(f"the local trainer does not train per-role policies yet: {', '.join(others)}; "
+                             "bind every role to the shared policy")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rollouts").mkdir(exist_ok=True)
         self._write_run_files()

@@ -28,6 +28,7 @@ EXPECTED_CODES = {
     "template_escape": {"template-path-escape", "template-not-found"},
     "bad_examples": {"example-tool-call", "invalid-examples"},
     "name_collision": {"name-collision"},
+    "bad_policies": {"unknown-policy", "unused-policy", "out-of-range", "invalid-value", "missing-key", "name-collision"},
     "many_errors": {"unknown-role", "invalid-value", "out-of-range", "duplicate-tool", "undefined-template-variable"},
 }
 
