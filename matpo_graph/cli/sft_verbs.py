@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     s.add_argument("--demos", type=int, default=WARMUP_DEMOS, help=f"demonstrations to train on (default {WARMUP_DEMOS})")
     s.add_argument("--drills", type=int, default=WARMUP_DRILLS,
                    help=f"further demonstrations of which only each trajectory's first turn is trained (default {WARMUP_DRILLS})")
+    s.add_argument("--max-trained-tokens", type=int, default=None, metavar="N",
+                   help="cap the warm-up at N trained tokens, demonstrations and drills taken in their requested proportion "
+                        "(equal budgets for graphs whose demonstrations differ in length; ask for enough of both)")
     s.add_argument("--epochs", type=int, default=WARMUP_EPOCHS, help=f"passes over the demonstrations (default {WARMUP_EPOCHS})")
     s.add_argument("--lr", type=float, default=WARMUP_LR, help=f"peak AdamW learning rate (default {WARMUP_LR:g})")
     s.add_argument("--model", default="smollm2-135m-instruct", help="embedded model name, HF model folder or cached Hub id org/name")
@@ -95,7 +98,8 @@ def _sft(args: argparse.Namespace) -> int:
         trees = read_trees(args.from_demos) if args.from_demos else None
         path = run_sft(program, plan, model_dir=model_dir, out_dir=args.out, demos=args.demos, drills=args.drills, epochs=args.epochs,
                        lr=args.lr, seed=args.seed, env_seed=args.env_seed, env_entities=args.env_entities,
-                       max_hops=args.max_hops, trees=trees, progress=not args.quiet, **extra)
+                       max_hops=args.max_hops, trees=trees, progress=not args.quiet,
+                       max_trained_tokens=args.max_trained_tokens, **extra)
     except ExpertUnsupported as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

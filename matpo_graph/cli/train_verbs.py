@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--warmstart", choices=["auto", "sft", "none"], help="cold start before RL (default auto: sft for the embedded model)")
     p.add_argument("--sft-demos", type=int, help="expert demonstrations of the warm-up (default 40)")
     p.add_argument("--sft-drills", type=int, help="opening-drill trees of the warm-up (default 80)")
+    p.add_argument("--sft-tokens", type=int, help="cap the warm-up at this many trained tokens (default: no cap)")
     p.add_argument("--device", choices=["cuda", "cpu"],
                    help="with --engine verl: cuda (veRL's GPU path) or cpu (veRL's trainer on this CPU); "
                         "default cuda where a GPU is visible, else cpu")
@@ -97,7 +98,7 @@ _CLI_TO_CFG = {
     "eval_questions": "eval_questions", "checkpoint_every": "checkpoint_every", "noise": "noise", "seed": "seed",
     "lr": "lr", "lora_rank": "lora_rank", "train_layers": "train_layers", "policy": "policy",
     "time_budget": "time_budget_minutes", "columns": "data_columns", "temperature": "temperature",
-    "sft_demos": "sft_demos", "sft_drills": "sft_drills",
+    "sft_demos": "sft_demos", "sft_drills": "sft_drills", "sft_tokens": "sft_tokens",
 }
 
 

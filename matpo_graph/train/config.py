@@ -108,6 +108,11 @@ class TrainConfig(BaseModel):
         default=WARMUP_DRILLS, ge=0,
         description="Further demonstrations of which only each trajectory's first turn (decomposition, field to find) is trained.",
     )
+    sft_tokens: int | None = Field(
+        default=None, ge=1,
+        description="Cap the warm-up at this many trained tokens (demonstrations and drills in their requested proportion); "
+        "unset: all of sft_demos and sft_drills. Gives graphs whose demonstrations differ in length the same warm-up budget.",
+    )
     sft_epochs: int = Field(default=WARMUP_EPOCHS, ge=1, description="Epochs of the warm-up.")
     sft_lr: float = Field(default=WARMUP_LR, gt=0.0, description="Learning rate of the warm-up.")
     kv_cache_gib: int = Field(default=2, ge=1, description="vLLM CPU KV cache size (GiB).")

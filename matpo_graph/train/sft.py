@@ -236,6 +236,7 @@ def run_sft(
     max_hops: int | None = 2,
     trees: Sequence[RolloutTree] | None = None,
     progress: bool = True,
+    max_trained_tokens: int | None = None,
     **settings: Any,
 ) -> Path:
     """Cold start: make `demos` full-reward expert demonstrations on the embedded web's train split,
@@ -253,6 +254,9 @@ def run_sft(
         env_seed, env_entities, max_hops: the embedded world and the longest question chain to use.
         trees: ready-made demonstrations; when given nothing is generated.
         progress: show a progress bar.
+        max_trained_tokens: cap the warm-up at this many trained (loss-mask) tokens: demonstrations and drills
+            are taken in their requested proportion until the next would pass it (see
+            :func:`~matpo_graph.train.sft_data.within_token_budget`); ask for enough of both to reach it.
 
     Raises:
         ExpertUnsupported: the expert cannot play the graph (the message names the role and why).
@@ -274,10 +278,20 @@ def run_sft(
                              f"(rejected: {batch.rejected}); check the embedded web and the graph's tools")
         if progress:
             print(f"expert: {batch.describe()} in {time.perf_counter() - t0:.1f}s")
+    # only drills need the expert's view of the roles; ready-made trees may come from a graph it cannot play
+    whole_roles = sorted(role for role, strategy in plan_expert(program).items() if strategy.kind == "delegate") if openings else []
+    if max_trained_tokens is not None:
+        from matpo_graph.train.sft_data import within_token_budget
+
+        asked = (len(trees), len(openings))
+        trees, openings = within_token_budget(trees, openings, max_trained_tokens=max_trained_tokens, whole_roles=whole_roles)
+        if progress:
+            print(f"warm-up token budget {max_trained_tokens}: {len(trees)} of {asked[0]} demonstrations and "
+                  f"{len(openings)} of {asked[1]} drill trees")
+        if not trees:
+            raise ValueError(f"a warm-up budget of {max_trained_tokens} trained tokens holds no demonstration")
     write_trees(out / "demos.jsonl", trees)
     if openings:
         write_trees(out / "drills.jsonl", openings)
-    # only drills need the expert's view of the roles; ready-made trees may come from a graph it cannot play
-    whole_roles = sorted(role for role, strategy in plan_expert(program).items() if strategy.kind == "delegate") if openings else []
     return train_sft(trees, model_dir=model_dir, out_dir=out, openings=openings, whole_roles=whole_roles,
                      settings=SFTSettings(epochs=epochs, lr=lr, seed=seed, **settings), progress=progress)

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 from matpo_graph.core.rollout import RolloutTree
 
-__all__ = ["SFTExample", "examples_from_trees", "micro_batches", "opening_examples", "optimizer_batches"]
+__all__ = [
+    "SFTExample", "examples_from_trees", "micro_batches", "opening_examples", "optimizer_batches", "within_token_budget",
+]
 
 
 @dataclass(frozen=True)
@@ -118,3 +120,35 @@ def micro_batches(batch: Sequence[SFTExample], *, max_tokens: int) -> list[list[
     if current:
         out.append(current)
     return out
+
+
+def within_token_budget(demos: Sequence[RolloutTree], drills: Sequence[RolloutTree], *, max_trained_tokens: int,
+                        whole_roles: Collection[str] = ()) -> tuple[list[RolloutTree], list[RolloutTree]]:
+    """The longest prefix of demonstrations and drill trees, interleaved in their given proportion, whose
+    trained (loss-mask) tokens fit `max_trained_tokens`.
+
+    Graphs spend very different numbers of trained tokens per demonstration (a planner and its helpers write
+    more than one agent does), so equal demonstration counts are not equal warm-ups; an equal token budget
+    is. Tree i of n is placed at (i + 0.5) / n in each list and trees are taken in that order, so any prefix
+    keeps the demonstrations-to-drills ratio; taking stops at the first tree that would pass the budget.
+
+    Returns:
+        (demonstrations, drill trees) kept, each in its original order.
+    """
+    if max_trained_tokens < 1:
+        raise ValueError(f"max_trained_tokens must be >= 1, got {max_trained_tokens}")
+    order = sorted(
+        [((i + 0.5) / len(demos), 0, i) for i in range(len(demos))]
+        + [((j + 0.5) / len(drills), 1, j) for j in range(len(drills))]
+    )
+    kept: tuple[list[RolloutTree], list[RolloutTree]] = ([], [])
+    spent = 0
+    for _, kind, i in order:
+        tree = (demos, drills)[kind][i]
+        made = examples_from_trees([tree]) if kind == 0 else opening_examples([tree], whole_roles=whole_roles)
+        cost = sum(ex.trained_tokens for ex in made)
+        if spent + cost > max_trained_tokens:
+            break
+        spent += cost
+        kept[kind].append(tree)
+    return kept
