@@ -70,6 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     e.add_argument("--graph", help="graph YAML or compiled folder (default: the run's program.json)")
     e.add_argument("--data", help="QA file, dataset folder or hf:NAME[:CONFIG][:SPLIT] (default: the embedded web's dev split)")
     e.add_argument("--columns", metavar="FIELD=COL,...", help="map the dataset's columns, e.g. question=query,answers=label")
+    e.add_argument("--step", type=int, help="with a run folder: the checkpoint of this RL step (0: the model RL started "
+                   "from, its warm-up); default the latest")
     e.add_argument("--n", type=int, default=16, help="questions to evaluate")
     e.add_argument("--samples", type=int, default=2, help="sampled rollouts per question (besides the greedy one)")
     e.add_argument("--tool-cache", choices=["off", "record", "replay", "readwrite"], default="off",

@@ -15,11 +15,16 @@ from matpo_graph.train.rollout_metrics import rollout_metrics
 __all__ = ["evaluate_cli", "run_evaluation"]
 
 
-def _run_folder_model(run_dir: Path, cfg: TrainConfig) -> tuple[Path, dict[str, Any] | None]:
-    """(engine start folder, the latest checkpoint's weights with LoRA merged, or None) for a run folder."""
+def _run_folder_model(run_dir: Path, cfg: TrainConfig, step: int | None = None) -> tuple[Path, dict[str, Any] | None]:
+    """(engine start folder, a checkpoint's weights with LoRA merged, or None) for a run folder.
+
+    `step` None takes the latest checkpoint, 0 the model RL started from (its warm-up), N the checkpoint of step N.
+    """
     from matpo_graph.train.export import checkpoint_base, merged_state_dict
 
-    return checkpoint_base(run_dir), merged_state_dict(run_dir)
+    if step == 0:
+        return checkpoint_base(run_dir), None
+    return checkpoint_base(run_dir), merged_state_dict(run_dir, step=step)
 
 
 def run_evaluation(
@@ -86,7 +91,16 @@ def evaluate_cli(args: argparse.Namespace) -> int:
         return 2
     program, plan = load_program(graph_src)
     if is_run:
-        model_dir, weights = _run_folder_model(target, cfg)
+        from matpo_graph.train.export import ExportError
+
+        try:
+            model_dir, weights = _run_folder_model(target, cfg, getattr(args, "step", None))
+        except ExportError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    elif getattr(args, "step", None) is not None:
+        print("error: --step needs a run folder", file=sys.stderr)
+        return 2
     else:
         model_dir, weights = resolve_model(args.target), None
     metrics, trees = run_evaluation(program, plan, cfg, model_dir=model_dir, weights=weights, n=args.n, samples=args.samples)

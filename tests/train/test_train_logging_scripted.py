@@ -89,3 +89,20 @@ def test_scripted_eval_of_the_run_folder_shows_progress_and_writes_trees(scripte
     text = capsys.readouterr().out
     assert "eval greedy done: 2/2 trees" in text and "eval sampled done: 2/2 trees" in text
     assert len(read_trees(out)) == 4
+
+
+def test_scripted_eval_of_a_chosen_step(scripted_run, tmp_path, capsys):
+    """--step 0 evaluates the model RL started from, --step N that checkpoint; a step without one is an error."""
+    from matpo_graph.cli import main
+    from matpo_graph.core.rollout import read_trees
+
+    run, _, _ = scripted_run
+    policy = f"scripted:{run.parent / 'script.json'}"
+    for step in (0, 1):
+        out = tmp_path / f"eval_{step}.jsonl"
+        assert main(["eval", str(run), "--step", str(step), "--policy", policy, "--n", "1", "--samples", "2",
+                     "--out", str(out)]) == 0
+        assert len(read_trees(out)) == 3
+    capsys.readouterr()
+    assert main(["eval", str(run), "--step", "7", "--policy", policy, "--n", "1"]) == 2
+    assert "no checkpoint for step 7" in capsys.readouterr().err
