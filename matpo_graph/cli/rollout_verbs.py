@@ -86,6 +86,7 @@ def _rollout(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace, program: Any, model_dir: Path) -> Any:
+    from matpo_graph.core.policies import uses_per_role_policies
     from matpo_graph.runtime.chat import ChatTokenizer
     from matpo_graph.runtime.executor import Executor
     from matpo_graph.runtime.policies import make_policy
@@ -98,6 +99,7 @@ async def _run(args: argparse.Namespace, program: Any, model_dir: Path) -> Any:
 
         web = serve_in_thread(seed=args.seed or 0)
     policy = None
+    engines = None
     tools = None
     try:
         tools = build_tools(program.tools, embedded_url=web.url if web else None)
@@ -111,12 +113,23 @@ async def _run(args: argparse.Namespace, program: Any, model_dir: Path) -> Any:
             }
         elif args.policy.startswith("scripted:"):
             kwargs = {"tokenizer": chat}
-        policy = make_policy(args.policy, model_dir, **kwargs)
+        if uses_per_role_policies(program):  # lora or separate policies: each role on its own
+            if args.policy != "vllm":
+                raise ValueError(f"the graph binds roles to lora or separate policies, which vLLM serves; --policy "
+                                 f"{args.policy} would play every role with one model")
+            from matpo_graph.runtime.policies.per_role import PerRoleEngines
+
+            engines = PerRoleEngines(program, model_dir, **kwargs)
+            policy = engines.router
+        else:
+            policy = make_policy(args.policy, model_dir, **kwargs)
         executor = Executor(program, policy, chat, tools, sampling=SamplingParams(temperature=args.temperature))
         return await executor.run(args.question, tree_id="rollout", answers=args.answer, seed=args.seed)
     finally:
         if tools is not None and hasattr(tools, "aclose"):
             await tools.aclose()
+        if engines is not None:
+            engines.shutdown()
         for closer in ("aclose", "shutdown"):
             fn = getattr(policy, closer, None)
             if fn is not None:

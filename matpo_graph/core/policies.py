@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from matpo_graph.core.errors import SpecIssue, did_you_mean
-from matpo_graph.core.program import PolicyProgram
+from matpo_graph.core.program import PolicyProgram, Program
 from matpo_graph.core.rollout import RolloutTree
 from matpo_graph.core.spec import DEFAULT_POLICY, LORA_DEFAULTS, PolicySpec, Role
 
@@ -32,6 +32,7 @@ __all__ = [
     "policy_issues",
     "policy_partition",
     "role_policies",
+    "uses_per_role_policies",
 ]
 
 LORA_FIELDS: tuple[str, ...] = ("rank", "alpha", "dropout", "target_modules")
@@ -162,3 +163,9 @@ def policy_partition(trees: Sequence[RolloutTree], *, trained_roles: Sequence[st
                 continue
             out.setdefault(t.policy, []).append((tree.tree_id, t.traj_id))
     return dict(sorted(out.items()))
+
+
+def uses_per_role_policies(program: Program) -> bool:
+    """Whether some role is played by a lora or separate policy (else one shared model plays every role)."""
+    used = set(program.role_policies().values())
+    return any(p.kind != "shared" for n, p in program.policies.items() if n in used)

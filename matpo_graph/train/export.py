@@ -78,6 +78,15 @@ def _load_merged(base_dir: Path, weights: dict[str, Any], lora_rank: int) -> Any
     return model
 
 
+def _refuse_per_role_policies(weights: dict[str, Any], ckpt: Path) -> None:
+    """A run of a graph with lora or separate policies holds several policies (``<policy>::<key>``); one model
+    folder cannot hold them, and merging one adapter would silently pick one role's weights for all."""
+    if any("::" in k for k in weights):
+        policies = sorted({k.split("::", 1)[0] for k in weights if "::" in k})
+        raise ExportError(f"{ckpt} holds several per-role policies ({', '.join(policies)}); exporting or evaluating it as "
+                          "one model is not supported: the adapters are saved under the run's adapters/ folder")
+
+
 def merged_state_dict(run_dir: Path, *, step: int | None = None) -> dict[str, Any] | None:
     """A run's checkpoint weights in the base model's names with LoRA merged (None: no checkpoint yet)."""
     from safetensors.torch import load_file
@@ -87,6 +96,7 @@ def merged_state_dict(run_dir: Path, *, step: int | None = None) -> dict[str, An
     if ckpt is None:
         return None
     weights = load_file(str(ckpt / "model.safetensors"))
+    _refuse_per_role_policies(weights, ckpt)
     if not any("lora_" in k for k in weights):
         return weights
     model = _load_merged(checkpoint_base(run_dir), weights, int(_train_config(run_dir).get("lora_rank") or 0))
@@ -122,6 +132,7 @@ def export_model(run_dir: Path, out_dir: Path, *, step: int | None = None, dtype
         raise ExportError(f"{run_dir}: no checkpoint yet and no warm-up model; nothing trained to export")
     if ckpt is not None:
         weights = load_file(str(ckpt / "model.safetensors"))
+        _refuse_per_role_policies(weights, ckpt)
         model = _load_merged(base, weights, int(cfg.get("lora_rank") or 0))
         state = json.loads((ckpt / "state.json").read_text())
         source = {"checkpoint": ckpt.name, "step": int(state.get("step", 0))}

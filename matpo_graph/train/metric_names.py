@@ -26,6 +26,7 @@ __all__ = ["CANONICAL_PREFIXES", "LEGACY_NAMES", "canonical_name", "canonical_ro
 CANONICAL_PREFIXES: tuple[str, ...] = (
     "actor/", "critic/", "response_length/", "prompt_length/", "timing_s/", "timing_per_token_ms/", "perf/",
     "training/", "val-core/", "val-aux/", "matpo/",
+    "policy/",  # per-role policies: policy/<name>/loss, policy/<name>/grad_norm, ...
     # more of veRL's own namespaces, read back from a veRL log unchanged
     "rollout_corr/", "global_seqlen/", "num_turns/", "response/", "response_length_non_aborted/",
 )

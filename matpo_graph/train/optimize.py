@@ -169,6 +169,19 @@ class PolicyOptimizer:
             "pack_seconds": pack_s,
         }
 
+    def train_packed(self, batch: PackedBatch) -> dict[str, float]:
+        """What `train_step` does after packing, on a batch packed by the caller: one policy's own rows of the
+        RL step, their weights computed over the whole step (see matpo_graph.train.policy_set). Through the
+        forward engine only; an empty batch takes the K steps on zero gradients."""
+        if self.forward is None:
+            raise RuntimeError("training a packed batch needs the forward engine")
+        t0 = time.perf_counter()
+        minibatches = split_minibatches(batch, self.cfg.optimizer_steps_per_rl_step)
+        pack_s = time.perf_counter() - t0
+        if self.skip_zero_signal and self.loss_cfg.kl_coef == 0 and not bool((batch.advantages != 0).any()):
+            return self._zero_signal_step(len(minibatches), batch, pack_s)
+        return self._engine_step(batch, minibatches, pack_s)
+
     def loss_and_gradients(self, trees: list[RolloutTree]) -> tuple[float, list[torch.Tensor]]:
         """The step's full-batch loss and gradient (one per trainable parameter) at the current weights, with
         the packed old logprobs and no optimizer step: what the engine is checked against the reference with."""

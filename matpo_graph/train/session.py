@@ -42,6 +42,7 @@ class RolloutSession:
         self.executor: Any = None
         self.board: Any = None  # RunProgress: steps, rollouts, updates and evaluation with time left
         self.tracker: Any = None  # Tracker: the `logger` sinks (training runs only)
+        self.per_role: Any = None  # PerRoleEngines, for graphs with lora or separate policies
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -74,6 +75,19 @@ class RolloutSession:
         return self
 
     async def _make_policy(self) -> Any:
+        from matpo_graph.core.policies import uses_per_role_policies
+
+        if uses_per_role_policies(self.program):
+            if self.cfg.policy != "vllm":
+                raise ValueError(f"per-role policies (lora, separate) are served by vLLM; --policy {self.cfg.policy} "
+                                 "would play every role with one model")
+            from matpo_graph.runtime.policies.per_role import PerRoleEngines
+
+            self.per_role = PerRoleEngines(
+                self.program, self.model_dir, kv_cache_gib=self.cfg.kv_cache_gib, seed=self.cfg.seed,
+                max_model_len=self.program.context_tokens + 1024,
+            )
+            return self.per_role.router
         if self.cfg.policy == "vllm":
             from matpo_graph.runtime.policies.vllm import VLLMPolicy
 
@@ -94,7 +108,9 @@ class RolloutSession:
             if self.tools is not None and hasattr(self.tools, "aclose"):
                 self._run(self.tools.aclose())
         finally:
-            if self.policy is not None and hasattr(self.policy, "shutdown"):
+            if self.per_role is not None:
+                self.per_role.shutdown()
+            elif self.policy is not None and hasattr(self.policy, "shutdown"):
                 self.policy.shutdown()
             if self.web is not None:
                 self.web.stop()
@@ -182,6 +198,39 @@ class RolloutSession:
         if hasattr(self.policy, "load_weights"):
             return float(self._run(self.policy.load_weights(state_dict)))
         return 0.0
+
+    # ------------------------------------------------------------------ per-role policies
+
+    def load_policy_weights(self, policy: str, state_dict: dict[str, Any]) -> float:
+        """New full weights for the engine of the shared policy or of a separate policy."""
+        return float(self._run(self.per_role.load_weights(policy, state_dict)))
+
+    def load_adapter(self, policy: str, folder: Path) -> float:
+        """Serve a new version of a lora policy's adapter (no engine restart)."""
+        return float(self._run(self.per_role.load_adapter(policy, folder)))
+
+    def adapter_folder(self, policy: str, step: int) -> Path:
+        """Where version `step` of an adapter is written; older versions of it are removed (the engine has
+        replaced them)."""
+        import shutil
+        import tempfile
+
+        if self.run_dir is None:
+            if getattr(self, "_scratch", None) is None:
+                self._scratch = Path(tempfile.mkdtemp(prefix="matpo-adapters-"))
+            root = self._scratch / policy
+        else:
+            root = Path(self.run_dir) / "adapters" / policy
+        if root.exists():
+            for old in root.iterdir():
+                shutil.rmtree(old, ignore_errors=True)
+        return root / f"step_{step:06d}"
+
+    def policy_logprobs(self, policy: str, token_ids: list[int]) -> list[float] | None:
+        """The serving engine's logprobs of a fixed sequence under `policy` (token 1 onwards)."""
+        if self.per_role is None:
+            return None
+        return self._run(self.per_role.score(policy, list(token_ids)))[1:]
 
     def engine_logprobs(self, token_ids: list[int]) -> list[float] | None:
         """The engine's logprobs of a fixed sequence (token 1 onwards), to check that weight sync took.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from matpo_graph.core.policies import uses_per_role_policies
 from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
 from matpo_graph.train.config import TrainConfig
@@ -53,10 +54,6 @@ class LocalTrainer:
         from matpo_graph.train.session import RolloutSession
 
         started = time.monotonic()
-        others = sorted(f"{n} ({p.kind})" for n, p in self.program.policies.items() if p.kind != "shared")
-        if others:  # never a silently different run: one model would play and train every role
-            raise ValueError(f"the local trainer does not train per-role policies yet: {', '.join(others)}; "
-                             "bind every role to the shared policy")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "rollouts").mkdir(exist_ok=True)
         self._write_run_files()
@@ -67,8 +64,13 @@ class LocalTrainer:
             print(f"no checkpoint under {self.run_dir}; starting from scratch")
         init_dir = self._initial_model_dir(skip_warmstart=ckpt is not None)
 
-        optimizer = PolicyOptimizer(init_dir, self.plan, self.cfg,
-                                    role_temperatures={n: r.temperature for n, r in self.program.roles.items()})
+        temperatures = {n: r.temperature for n, r in self.program.roles.items()}
+        if uses_per_role_policies(self.program):  # lora or separate policies: one optimizer per policy
+            from matpo_graph.train.policy_set import PolicySet
+
+            optimizer: Any = PolicySet(self.program, self.plan, self.cfg, init_dir, role_temperatures=temperatures)
+        else:  # one shared model: exactly the path graphs without policies always took
+            optimizer = PolicyOptimizer(init_dir, self.plan, self.cfg, role_temperatures=temperatures)
         start_step = 0
         if ckpt is not None:
             state = load_checkpoint(ckpt, model=optimizer.model, optimizer=optimizer.optimizer)
@@ -83,8 +85,8 @@ class LocalTrainer:
         try:
             with RolloutSession(self.program, self.cfg, model_dir=init_dir, plan=self.plan, run_dir=self.run_dir) as session:
                 self._session = session
-                if ckpt is not None:
-                    session.load_weights(optimizer.state_dict_for_engine())
+                if ckpt is not None or hasattr(optimizer, "sync"):
+                    self._sync_engine(session, optimizer, start_step, initial=ckpt is None)
                 train_items = session.train_questions()
                 for step in range(start_step, self.cfg.steps):
                     if self.stop:
@@ -142,7 +144,7 @@ class LocalTrainer:
             train_metrics = optimizer.train_step(credited)
         train_s = time.perf_counter() - t2
         t3 = time.perf_counter()
-        session.load_weights(optimizer.state_dict_for_engine())
+        self._sync_engine(session, optimizer, step + 1)
         sync_s = time.perf_counter() - t3
         sync_diff = self._sync_difference(session, optimizer, credited) if self.cfg.verify_sync else None
 
@@ -172,11 +174,22 @@ class LocalTrainer:
     # ---------------------------------------------------------------- helpers
 
     @staticmethod
+    def _sync_engine(session: Any, optimizer: Any, step: int, *, initial: bool = False) -> None:
+        """Serve the trainer's weights: the shared model's, or (several policies) each trained policy's."""
+        if hasattr(optimizer, "sync"):
+            optimizer.sync(session, step, adapters_only=initial)
+        else:
+            session.load_weights(optimizer.state_dict_for_engine())
+
+    @staticmethod
     def _sync_difference(session: Any, optimizer: Any, trees: list[RolloutTree]) -> float | None:
         """Largest |engine - trainer| logprob over a fixed sequence after the weight sync."""
         ids = next((t.root.token_ids[:96] for t in trees if t.trajectories and len(t.root.token_ids) > 8), None)
         if ids is None:
             return None
+        if hasattr(optimizer, "sync_difference"):  # several policies: the largest over them
+            per_policy = optimizer.sync_difference(session, ids)
+            return max(per_policy.values()) if per_policy else None
         engine = session.engine_logprobs(ids)
         if engine is None:
             return None

@@ -6,6 +6,11 @@ as a safetensors folder (an in-memory iterator does not survive the process boun
 prefix-cache reset. ``lm_head.weight`` is always written, also for tied-embedding models: without it
 the engine keeps serving the old head.
 
+LoRA adapters (``enable_lora=True``, ``max_loras``, ``max_lora_rank`` as engine arguments): one engine serves
+every adapter of its base model, chosen per request (``generate(..., adapter=name)``). A new version of an
+adapter is registered under a new name and id (:meth:`VLLMPolicy.load_adapter`), so the prefix cache never
+serves keys computed under an older version, and the previous version is unloaded.
+
 Use one policy inside one event loop (the engine's output handler binds to the first loop that uses it).
 Scripts that create it need an ``if __name__ == "__main__":`` guard (the engine core is spawned).
 """
@@ -147,14 +152,31 @@ class VLLMPolicy:
         self._paused = False
         self._cond: asyncio.Condition | None = None
         self._closed = False
+        self._adapters: dict[str, tuple[str, int, str]] = {}  # name -> (versioned name, lora int id, path)
+        self._next_lora_id = 1
 
     def _condition(self) -> asyncio.Condition:
         if self._cond is None:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> Generation:
-        """Sample a continuation; waits while a weight update is in progress."""
+    def _lora_request(self, adapter: str | None) -> Any:
+        if adapter is None:
+            return None
+        if adapter not in self._adapters:
+            raise PolicyError(f"no LoRA adapter {adapter!r} is loaded (loaded: {sorted(self._adapters) or 'none'})")
+        from vllm.lora.request import LoRARequest
+
+        versioned, lora_id, path = self._adapters[adapter]
+        return LoRARequest(versioned, lora_id, path)
+
+    def adapter_version(self, adapter: str) -> str | None:
+        """The versioned name (``name@N``) the engine serves `adapter` under, or None when it is not loaded."""
+        entry = self._adapters.get(adapter)
+        return entry[0] if entry else None
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams, *, adapter: str | None = None) -> Generation:
+        """Sample a continuation (through LoRA `adapter` when given); waits while a weight update is in progress."""
         if self._closed:
             raise PolicyError("the vLLM policy was shut down")
         from vllm import SamplingParams as VSampling
@@ -175,10 +197,12 @@ class VLLMPolicy:
         async with cond:
             await cond.wait_for(lambda: not self._paused)
             self._in_flight += 1
+        lora = None
         try:
+            lora = self._lora_request(adapter)
             final = None
             async for out in self.engine.generate(
-                {"prompt_token_ids": list(prompt_ids)}, params, request_id=uuid.uuid4().hex
+                {"prompt_token_ids": list(prompt_ids)}, params, request_id=uuid.uuid4().hex, lora_request=lora
             ):
                 final = out
         except Exception as exc:
@@ -195,10 +219,11 @@ class VLLMPolicy:
             raise PolicyError("vLLM returned no logprobs for the sampled tokens")
         logprobs = [float(comp.logprobs[i][tid].logprob) for i, tid in enumerate(ids)]
         return Generation(
-            token_ids=ids, logprobs=logprobs, finish_reason=str(comp.finish_reason or "stop"), text=comp.text
+            token_ids=ids, logprobs=logprobs, finish_reason=str(comp.finish_reason or "stop"), text=comp.text,
+            adapter=None if lora is None else lora.lora_name,
         )
 
-    async def score(self, token_ids: list[int]) -> list[float]:
+    async def score(self, token_ids: list[int], *, adapter: str | None = None) -> list[float]:
         """Logprob of each token given the tokens before it (the first token gets 0.0): for sync checks."""
         from vllm import SamplingParams as VSampling
 
@@ -206,7 +231,8 @@ class VLLMPolicy:
         final = None
         try:
             async for out in self.engine.generate(
-                {"prompt_token_ids": list(token_ids)}, params, request_id=uuid.uuid4().hex
+                {"prompt_token_ids": list(token_ids)}, params, request_id=uuid.uuid4().hex,
+                lora_request=self._lora_request(adapter),
             ):
                 final = out
         except Exception as exc:
@@ -233,6 +259,40 @@ class VLLMPolicy:
             await self.engine.reset_prefix_cache()
         except Exception as exc:
             raise PolicyError(f"weight update failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            async with cond:
+                self._paused = False
+                cond.notify_all()
+        return time.perf_counter() - start
+
+    async def load_adapter(self, name: str, folder: str | Path) -> float:
+        """Serve the peft adapter saved in `folder` as `name` from now on (waits for in-flight requests, holds new
+        ones); the previous version is unloaded. Returns the seconds taken.
+
+        Keep the folder while it is served: an adapter evicted from the engine's cache is read again from it.
+        """
+        from vllm.lora.request import LoRARequest
+
+        start = time.perf_counter()
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: not self._paused)
+            self._paused = True
+            await cond.wait_for(lambda: self._in_flight == 0)
+        try:
+            old = self._adapters.pop(name, None)
+            if old is not None:  # first, so that max_loras adapters always fit the engine's cache
+                await self.engine.remove_lora(old[1])
+            lora_id, self._next_lora_id = self._next_lora_id, self._next_lora_id + 1
+            request = LoRARequest(f"{name}@{lora_id}", lora_id, str(folder))
+            if not await self.engine.add_lora(request):
+                raise PolicyError(f"the engine refused LoRA adapter {name!r} from {folder}")
+            self._adapters[name] = (request.lora_name, lora_id, str(folder))
+            await self.engine.reset_prefix_cache()
+        except PolicyError:
+            raise
+        except Exception as exc:
+            raise PolicyError(f"loading LoRA adapter {name!r} failed: {type(exc).__name__}: {exc}") from exc
         finally:
             async with cond:
                 self._paused = False
