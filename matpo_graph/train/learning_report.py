@@ -109,7 +109,10 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
             for i, kind in enumerate(("sampled", "greedy")):
                 after = last.sampled if kind == "sampled" else last.greedy
                 before = base.sampled if kind == "sampled" else base.greedy
-                diffs[i] = _fmt(paired_difference(after, before), se=False)
+                try:
+                    diffs[i] = _fmt(paired_difference(after, before), se=False)
+                except ValueError:  # no common question: not the same held-out set, nothing to pair
+                    diffs[i] = "not paired"
         train = training_summary(layout.run(c.name))
         lines.append("| " + " | ".join([
             c.label, tokens,
