@@ -39,6 +39,7 @@ from matpo_graph.train.optimize import PolicyOptimizer
 __all__ = ["PolicySet", "PolicySetError", "shared_policy_name"]
 
 _KEY_SEP = "::"
+_TOKEN_MEANS = ("ppo_kl", "clip_fraction", "kl", "kl_ref", "entropy", "matpo/engine_trainer_logprob_gap")
 
 
 class PolicySetError(ValueError):
@@ -206,6 +207,8 @@ class PolicySet:
         out: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0, "grad_norm": 0.0, "trained_rows": float(len(batch)),
                                  "trained_tokens": float(batch.num_trained_tokens),
                                  "optimizer_steps": float(self.cfg.optimizer_steps_per_rl_step)}
+        sums: dict[str, float] = {}  # token-weighted means over the policies, under the usual names
+        weight = 0.0
         for name in self.members:
             if name not in parts:  # its roles generated nothing this step: nothing to train, weights untouched
                 out[f"policy/{name}/trained_rows"] = 0.0
@@ -218,7 +221,13 @@ class PolicySet:
             out["loss"] += float(metrics.get("loss", 0.0))
             out["pg_loss"] += float(metrics.get("pg_loss", 0.0))
             out["grad_norm"] = max(out["grad_norm"], float(metrics.get("grad_norm", 0.0)))
+            tokens = float(metrics.get("trained_tokens", 0.0))
+            for key in _TOKEN_MEANS:
+                if key in metrics:
+                    sums[key] = sums.get(key, 0.0) + tokens * float(metrics[key])
+            weight += tokens
         self._freeze_all()
+        out.update({key: v / weight for key, v in sums.items()} if weight else {})
         return out
 
     def base_state_dict(self) -> dict[str, torch.Tensor]:

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +90,6 @@ class PerRoleEngines:
             self.base = VLLMPolicy(model_dir, **base_kwargs)
             self.engines[self.shared] = self.base
             for name, folder in separate.items():
-                # each engine reads VLLM_CPU_KVCACHE_SPACE when it starts; the first one set it
-                os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{engine_kwargs.get('kv_cache_gib', 2.0):g}"
                 self.engines[name] = VLLMPolicy(folder, **engine_kwargs)
         except BaseException:
             self.shutdown()
