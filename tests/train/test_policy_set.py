@@ -170,3 +170,29 @@ def test_policy_set_separate_tokenizer_must_match(tmp_path: Path, tiny_model_dir
     (other / "chat_template.jinja").write_text("{{ messages }}")
     with pytest.raises(TokenizerMismatchError, match="separate policy 'judge'.*chat templates differ"):
         check_same_tokenizer(tiny_model_dir, other, policy="judge")
+
+
+def test_policy_set_separate_model_trains_on_its_own_rows(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from matpo_graph.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from matpo_graph.train.policy_set import PolicySet
+
+    program, plan = _compile(tmp_path, "shared", "judge", f"  judge: {{kind: separate, model: '{tiny_model_dir}'}}\n")
+    ps = PolicySet(program, plan, _cfg(train_layers=1), tiny_model_dir)
+    assert ps.trained_policies == ["shared", "judge"] and ps.peft is None
+    judge = ps.members["judge"].model
+    assert judge is not ps.base.model
+    before_base = [p.detach().clone() for p in ps.base.model.parameters()]
+    before_judge = [p.detach().clone() for p in judge.parameters()]
+    metrics = ps.train_step(_trees(plan))
+    assert metrics["policy/judge/trained_rows"] == 3.0 and metrics["policy/shared/trained_rows"] == 3.0
+    assert _changed(before_judge, [p.detach() for p in judge.parameters()])
+    assert _changed(before_base, [p.detach() for p in ps.base.model.parameters()])
+    # the planner-only step trains the base alone; the judge's model stays as it was
+    after_judge = [p.detach().clone() for p in judge.parameters()]
+    ps.train_step(_trees(plan, with_workers=False))
+    assert not _changed(after_judge, [p.detach() for p in judge.parameters()])
+    save_checkpoint(tmp_path / "run", step=1, model=ps.model, optimizer=ps.optimizer, state={})
+    fresh = PolicySet(program, plan, _cfg(train_layers=1), tiny_model_dir)
+    load_checkpoint(latest_checkpoint(tmp_path / "run"), model=fresh.model, optimizer=fresh.optimizer)
+    assert not _changed([p.detach() for p in judge.parameters()], [p.detach() for p in fresh.members["judge"].model.parameters()])
+    assert not _changed([p.detach() for p in ps.base.model.parameters()], [p.detach() for p in fresh.base.model.parameters()])
