@@ -24,6 +24,54 @@ __all__ = ["ForwardEngine", "Precision", "RowLogprobs", "chunk_rows", "resolve_p
 
 Precision = Literal["auto", "bf16", "fp32"]
 
+ATTENTION = "matpo_prefix_causal"
+
+
+def _prefix_causal_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                             **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Causal attention of a node's queries over its past and itself, on sdpa's causal kernel.
+
+    The keys hold ``past`` positions before the node's own. sdpa's causal mask is aligned top-left, so the
+    queries get ``past`` zero rows in front: row ``past + i`` then sees keys ``0 .. past + i``, which is
+    exactly the node's causal pattern. The padded rows' outputs are dropped, so they get no gradient and
+    add none to the keys and values.
+    """
+    if attention_mask is not None:
+        raise ValueError("the forward engine's attention takes no mask")
+    past = key.shape[2] - query.shape[2]
+    if past > 0:
+        pad = query.new_zeros(query.shape[0], query.shape[1], past, query.shape[3])
+        query = torch.cat([pad, query], dim=2)
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, dropout_p=0.0, scale=scaling, is_causal=query.shape[2] > 1, enable_gqa=groups > 1)
+    if past > 0:
+        out = out[:, :, past:]
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, _prefix_causal_attention)
+
+
+class _EngineAttention:
+    """Switches the model's attention to :func:`_prefix_causal_attention` for the engine's forward pass
+    (the config is shared by every layer; the padded reference path keeps its own implementation)."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.saved: Any = None
+
+    def __enter__(self) -> None:
+        self.saved = self.config._attn_implementation
+        self.config._attn_implementation = ATTENTION
+
+    def __exit__(self, *exc: object) -> None:
+        self.config._attn_implementation = self.saved
+
 
 def resolve_precision(precision: str, cpuinfo: str | None = None) -> Literal["bf16", "fp32"]:
     """The precision `auto` stands for on this machine: bf16 where the CPU has native bfloat16, else fp32."""
@@ -155,6 +203,7 @@ class ForwardEngine:
         self.precision = resolve_precision(precision)
         self.frozen_precision = None if frozen_precision is None else resolve_precision(frozen_precision)
         self.min_shared = max(1, int(min_shared))
+        _register_attention()
 
     @property
     def cut(self) -> int:
@@ -198,10 +247,7 @@ class ForwardEngine:
         def visit(node: _Node, frozen_past: dict[int, Any] | None, trained_past: dict[int, Any] | None) -> None:
             tokens = torch.tensor([ids[node.rows[0]][node.start: node.end]], dtype=torch.long)
             positions = torch.arange(node.start, node.end).unsqueeze(0)
-            w = node.end - node.start
-            mask = None
-            if node.start > 0:
-                mask = torch.ones((w, node.end), dtype=torch.bool).tril(node.start)[None, None]
+            mask = None  # causal over past and node: see _prefix_causal_attention
             with self._autocast(frozen=True), torch.no_grad():
                 h = self.backbone.embed_tokens(tokens) if cut > 0 else None
                 rope = self.backbone.rotary_emb(self.backbone.embed_tokens.weight[:1][None], position_ids=positions)
@@ -223,8 +269,9 @@ class ForwardEngine:
             for child in node.children:
                 visit(child, fkv.full, tkv.full)
 
-        for root in roots:
-            visit(root, None, None)
+        with _EngineAttention(self.backbone.config):
+            for root in roots:
+                visit(root, None, None)
         if not picks:
             return RowLogprobs([torch.zeros(0) for _ in range(n)], None)
         offsets = [0]
