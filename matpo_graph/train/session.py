@@ -18,11 +18,21 @@ from matpo_graph.runtime.policy import SamplingParams
 from matpo_graph.train.config import TrainConfig
 from matpo_graph.train.rollout_metrics import rollout_metrics
 
-__all__ = ["RolloutSession", "uses_embedded_web"]
+__all__ = ["RolloutSession", "engine_dtype", "uses_embedded_web"]
 
 
 def uses_embedded_web(program: Program) -> bool:
     return any(str(spec.get("config", {}).get("endpoint", "")) == "embedded" for spec in program.tools.values())
+
+
+def engine_dtype(cfg: Any, cpuinfo: str | None = None) -> str:
+    """The rollout engine's dtype for `cfg.engine_dtype` (see TrainConfig): `auto` serves bf16 only when the
+    CPU has native bf16 and the PPO ratio's old logprobs come from the trainer."""
+    from matpo_graph.train.sft import cpu_has_native_bf16
+
+    if cfg.engine_dtype != "auto":
+        return str(cfg.engine_dtype)
+    return "bfloat16" if cfg.old_logprobs == "trainer" and cpu_has_native_bf16(cpuinfo) else "float32"
 
 
 class RolloutSession:
@@ -93,7 +103,7 @@ class RolloutSession:
 
             return VLLMPolicy(
                 self.model_dir, kv_cache_gib=self.cfg.kv_cache_gib, seed=self.cfg.seed,
-                max_model_len=self.program.context_tokens + 1024,
+                max_model_len=self.program.context_tokens + 1024, dtype=engine_dtype(self.cfg),
             )
         from matpo_graph.runtime.policies import make_policy
 

@@ -32,7 +32,7 @@ def _cfg(steps: int):  # type: ignore[no-untyped-def]
 
     return TrainConfig(steps=steps, questions_per_step=1, group_size=2, warmstart="none", eval_questions=0,
                        env_entities=200, kv_cache_gib=1, lr=1e-3, lora_rank=4, logger=["jsonl"],
-                       time_budget_minutes=0)
+                       time_budget_minutes=0, engine_dtype="float32")  # exact sync check
 
 
 def test_lora_train_resume_evaluate_export_and_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,7 +28,7 @@ def _cfg(steps: int):  # type: ignore[no-untyped-def]
 
     return TrainConfig(
         steps=steps, questions_per_step=2, group_size=2, warmstart="none", eval_questions=0, env_entities=200,
-        kv_cache_gib=1, lr=1e-4, rollout_samples_per_step=4,
+        kv_cache_gib=1, lr=1e-4, rollout_samples_per_step=4, engine_dtype="float32",  # exact sync check
     )
 
 
