@@ -70,6 +70,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup-drills", type=int, default=d.warmup_drills, help="drill trees asked of the expert")
     p.add_argument("--tree-tokens", type=int, default=d.tree_tokens, help="limits.tree_tokens of every graph (0: the graph's own)")
     p.add_argument("--tree-seconds", type=float, default=0.0, help="limits.tree_seconds of every graph (default 0: the graph's own)")
+    p.add_argument("--policy", default="vllm", help="rollout policy of training and evaluation: vllm (default) or "
+                   "scripted:FILE (tests of the benchmark itself)")
+    p.add_argument("--train-layers", type=int, help="decoder layers trained, from the top (default: the trainer's 10)")
     p.add_argument("--status", action="store_true", help="print what is done and what remains, then exit")
     p.add_argument("--report-only", action="store_true", help="only rewrite the table and the plot")
     p.add_argument("--dry-run", action="store_true", help="print the work left, in order, and exit")
@@ -112,6 +115,12 @@ def _write_graph(layout: BenchLayout, settings: BenchSettings, config: BenchConf
     return path
 
 
+def _layers(args: argparse.Namespace, flag: str) -> list[str]:
+    if args.train_layers is None:
+        return []
+    return [f"{flag}{args.train_layers}"] if flag.endswith("=") else [flag, str(args.train_layers)]
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "matpo_graph", *args]
 
@@ -123,7 +132,7 @@ def _run(cmd: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def _do(action: Action, layout: BenchLayout, settings: BenchSettings) -> None:
+def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argparse.Namespace) -> None:
     config = CONFIGS[action.config] if action.config else next(c for c in CONFIGS.values() if c.variant == action.variant)
     graph = _write_graph(layout, settings, config)
     if action.kind == "warmup":
@@ -134,7 +143,7 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings) -> None:
             shutil.rmtree(folder)
         seconds = _run(_cli("sft", str(graph), "--out", str(folder), "--demos", str(settings.warmup_demos),
                             "--drills", str(settings.warmup_drills), "--max-trained-tokens", str(settings.warmup_tokens),
-                            "--seed", str(settings.seed), "--quiet"))
+                            "--seed", str(settings.seed), "--quiet", *_layers(args, "--train-layers")))
         append_log(layout, {"action": "warmup", "variant": action.variant, "seconds": seconds})
         return
     run = layout.run(config.name)
@@ -150,13 +159,14 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings) -> None:
         seconds = _run(_cli("train", str(graph), "--out", str(run), "--steps", str(action.step), "--resume",
                             "--seed", str(settings.seed), "--questions-per-step", str(settings.questions_per_step),
                             "--eval-questions", "0", "--time-budget", "0", "--warmstart", "sft",
-                            "keep_checkpoints=1", *noise))
+                            "keep_checkpoints=1", f"policy={args.policy}", *_layers(args, "train_layers="), *noise))
         append_log(layout, {"action": "train", "config": config.name, "from": start, "to": trained_step(run),
                             "seconds": seconds})
         return
     trees = layout.eval_trees(config.name, action.step).with_suffix("")  # .jsonl until summarised
     trees.parent.mkdir(parents=True, exist_ok=True)
-    common = ["--n", str(settings.eval_questions), "--samples", str(settings.samples), "--output", str(trees)]
+    common = ["--n", str(settings.eval_questions), "--samples", str(settings.samples), "--output", str(trees),
+              "--policy", args.policy]
     if action.step == 0:  # the warm-up model, under the configuration's own settings
         target = [str(layout.warmup(config.variant) / "model"), "--graph", str(graph), *common,
                   f"seed={settings.seed}", *noise]
@@ -209,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print(f"== {action.describe()} ({len(actions)} pieces left)", flush=True)
             try:
-                _do(action, layout, settings)
+                _do(action, layout, settings, args)
             except subprocess.CalledProcessError as exc:
                 print(f"error: {action.describe()} failed ({exc}); run the same command again to retry", file=sys.stderr)
                 _report(layout, settings, configs)

@@ -157,7 +157,8 @@ def plot_curves(path: Path, settings: BenchSettings, configs: Sequence[BenchConf
         ax.set_xlim(0, settings.steps)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"accuracy on {settings.eval_questions} questions (±1 SE)")
-    axes[0].legend(fontsize=7)
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=7)
     if partial:
         fig.suptitle("PARTIAL: some runs or evaluations are not finished", color="firebrick")
     fig.tight_layout()
