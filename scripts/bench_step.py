@@ -3,6 +3,7 @@
     python scripts/bench_step.py                      # trees made by the expert (8 questions, G=4)
     python scripts/bench_step.py --trees STEP.jsonl   # a recorded step (credited trees, e.g. a run's rollouts)
     python scripts/bench_step.py --e2e MODEL_DIR      # also 2 full default RL steps from MODEL_DIR (a warm-up's model/)
+    python scripts/bench_step.py --rounds 0 --skip-check --e2e MODEL_DIR --e2e-compare   # those steps before/after
 
 1. Correctness: the full-batch loss and gradient at the initial weights (old logprobs = the trees' own) of
    the engine in fp32 and in bf16 against the padded fp32 reference.
@@ -122,19 +123,52 @@ def time_updates(trees, plan, model_dir: Path, rounds: int) -> dict[str, float]:
             "reference_s": statistics.median(a_s), "engine_s": statistics.median(b_s)}
 
 
-def end_to_end(program, plan, model_dir: Path, steps: int) -> None:  # type: ignore[no-untyped-def]
+def end_to_end(program, plan, model_dir: Path, steps: int, *, label: str = "default",
+               **overrides) -> list[dict]:  # type: ignore[no-untyped-def]
+    """`steps` RL steps of the local trainer from `model_dir` (TrainConfig defaults plus `overrides`)."""
     from matpo_graph.train.config import TrainConfig
+    from matpo_graph.train.session import engine_dtype
     from matpo_graph.train.trainer import LocalTrainer
 
     with tempfile.TemporaryDirectory(prefix="bench_step_") as tmp:
-        cfg = TrainConfig(model=str(model_dir), steps=steps, warmstart="none", eval_questions=0, time_budget_minutes=0)
+        cfg = TrainConfig(model=str(model_dir), steps=steps, warmstart="none", eval_questions=0, time_budget_minutes=0,
+                          logger=["jsonl"], **overrides)
+        print(f"[{label}] engine {engine_dtype(cfg)}, OpenMP preload {os.environ.get('MATPO_VLLM_PRELOAD', '1') != '0'}, "
+              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+        t0 = time.perf_counter()
         result = LocalTrainer(program, plan, cfg, Path(tmp) / "run").run()
+        wall = time.perf_counter() - t0
+    rows = []
     for row in result.metrics:
-        print(f"RL step {row['step']}: {row['step_seconds']:.1f}s = rollout {row['rollout_seconds']:.1f} + old logprobs "
-              f"{row.get('timing_s/old_log_prob', 0.0):.1f} + update {row['train_seconds']:.1f} + sync {row['sync_seconds']:.1f} "
-              f"(+ the rest {row['step_seconds'] - row['rollout_seconds'] - row['train_seconds'] - row['sync_seconds']:.1f}); "
-              f"{int(row.get('trained_tokens', 0))} trained tokens, gap {row.get('matpo/engine_trainer_logprob_gap', 0):.2e}, "
-              f"sync diff {row.get('sync_max_abs_logprob_diff', float('nan')):.1e}")
+        rest = row["step_seconds"] - row["rollout_seconds"] - row["train_seconds"] - row["sync_seconds"]
+        print(f"[{label}] RL step {row['step']}: {row['step_seconds']:.1f}s = rollout {row['rollout_seconds']:.1f} + update "
+              f"{row['train_seconds']:.1f} (old logprobs {row.get('timing_s/old_log_prob', 0.0):.1f} of it) + sync "
+              f"{row['sync_seconds']:.1f} + the rest {rest:.1f}; {int(row.get('response_tokens', row.get('trained_tokens', 0)))} "
+              f"trained tokens, gap {row.get('matpo/engine_trainer_logprob_gap', 0):.2e}, "
+              f"sync diff {row.get('sync_max_abs_logprob_diff', float('nan')):.1e}", flush=True)
+        rows.append({k: v for k, v in row.items() if isinstance(v, (int, float))})
+    print(f"[{label}] {steps} steps in {wall:.0f}s wall (engine start-up included)", flush=True)
+    return rows
+
+
+def e2e_compare(program, plan, model_dir: Path, steps: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Before (float32 engine, no OpenMP preload) and after (the defaults), same model, seed and questions."""
+    os.environ["MATPO_VLLM_PRELOAD"] = "0"
+    before = end_to_end(program, plan, model_dir, steps, label="before", engine_dtype="float32")
+    os.environ.pop("MATPO_VLLM_PRELOAD")
+    after = end_to_end(program, plan, model_dir, steps, label="after")
+
+    def mean(rows: list[dict], key: str) -> float:
+        return statistics.mean(r[key] for r in rows)
+
+    out = {}
+    for key in ("step_seconds", "rollout_seconds", "train_seconds"):
+        out[f"before_{key}"], out[f"after_{key}"] = mean(before, key), mean(after, key)
+    print(f"per step, mean of {steps}: before {out['before_step_seconds']:.1f}s (rollout {out['before_rollout_seconds']:.1f}, "
+          f"update {out['before_train_seconds']:.1f}), after {out['after_step_seconds']:.1f}s (rollout "
+          f"{out['after_rollout_seconds']:.1f}, update {out['after_train_seconds']:.1f}): "
+          f"{out['before_step_seconds'] / out['after_step_seconds']:.2f}x")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-check", action="store_true", help="skip the loss and gradient check")
     p.add_argument("--e2e", metavar="MODEL_DIR", help="also run --e2e-steps default RL steps from this model folder")
     p.add_argument("--e2e-steps", type=int, default=2)
+    p.add_argument("--e2e-compare", action="store_true",
+                   help="run the e2e steps twice: float32 engine without OpenMP preload, then the defaults")
     p.add_argument("--json", help="write the numbers here")
     args = p.parse_args(argv)
 
@@ -165,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         numbers.update(check_loss(trees, plan, model_dir))
     if args.rounds > 0:
         numbers.update(time_updates(trees, plan, model_dir, args.rounds))
-    if args.e2e:
+    if args.e2e and args.e2e_compare:
+        numbers.update(e2e_compare(program, plan, Path(args.e2e), args.e2e_steps))
+    elif args.e2e:
         end_to_end(program, plan, Path(args.e2e), args.e2e_steps)
     if args.json:
         Path(args.json).write_text(json.dumps(numbers, indent=2, sort_keys=True))
