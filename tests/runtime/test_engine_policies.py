@@ -179,3 +179,44 @@ def test_engine_separate_policy_runs_on_its_own_engine(tmp_path: Path) -> None:
         if engines is not None:
             engines.shutdown()
         _close(loop)
+
+
+def test_engine_base_weights_reload_beside_adapters(tmp_path: Path) -> None:
+    """A graph with shared roles and lora roles: the trained base is reloaded into the LoRA-enabled engine, and
+    both the base and the adapter on top of it serve what the trainer computes."""
+    from matpo_graph.runtime.chat import ChatTokenizer
+    from matpo_graph.runtime.models import resolve_model
+    from matpo_graph.runtime.policies.per_role import PerRoleEngines
+    from matpo_graph.train.config import TrainConfig
+    from matpo_graph.train.policy_set import PolicySet
+
+    program, plan = _program(tmp_path, "shared", "work_lora", {"work_lora": {"kind": "lora", "rank": 4}})
+    model_dir = resolve_model("smollm2-135m-instruct")
+    chat = ChatTokenizer.from_pretrained(model_dir)
+    seq = chat.template_ids([{"role": "system", "content": "You plan."}, {"role": "user", "content": "Who founded Rook Press?"},
+                             {"role": "assistant", "content": "I will look it up first."}])
+    ps = PolicySet(program, plan, TrainConfig(lr=5e-2, precision="fp32", warmstart="none", seed=0), model_dir)
+    assert ps.trained_policies == ["shared", "work_lora"]
+    ps.train_step(_fake_planner_step(plan, [seq, seq[:-2] + seq[-1:] + seq[-2:-1]]))  # trains the base only
+    import torch
+
+    with torch.no_grad():  # and give the adapter something to say
+        for p in ps._params["work_lora"]:
+            p.add_(torch.randn_like(p) * 0.02)
+    loop = asyncio.new_event_loop()
+    engines = None
+    try:
+        engines = loop.run_until_complete(_start(PerRoleEngines, program, model_dir))
+        before = loop.run_until_complete(engines.score("shared", seq))[1:]
+        loop.run_until_complete(engines.load_weights("shared", ps.base_state_dict()))
+        loop.run_until_complete(engines.load_adapter("work_lora", ps.save_adapter("work_lora", tmp_path / "w")))
+        for name in ("shared", "work_lora"):
+            served = loop.run_until_complete(engines.score(name, seq))[1:]
+            trainer = ps.sequence_logprobs(name, seq)
+            assert max(abs(a - b) for a, b in zip(served, trainer, strict=True)) < 2e-3, name
+        after = loop.run_until_complete(engines.score("shared", seq))[1:]
+        assert max(abs(a - b) for a, b in zip(before, after, strict=True)) > 0.05  # the base really moved
+    finally:
+        if engines is not None:
+            engines.shutdown()
+        _close(loop)
