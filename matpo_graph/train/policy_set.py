@@ -11,7 +11,8 @@ its own optimizer, and must use the base model's tokenizer.
 Each RL step packs the whole augmented batch once (weights over the whole step, see
 :mod:`matpo_graph.train.batch`), splits its rows by policy, and lets each policy's optimizer take the step's
 K AdamW steps over its own rows only; a policy whose roles generated no trained token in the step takes no
-step at all (its weights stay exactly as they were). Metrics are namespaced
+step at all (its weights stay exactly as they were). The shared base steps last, so every policy's gradient is taken at the
+weights the step started from (an adapter's rows depend on the base as well). Metrics are namespaced
 ``policy/<name>/...``; the step's own ``loss`` and ``pg_loss`` are the sums over policies (they equal the shared
 loss's definition), ``grad_norm`` the largest.
 
@@ -209,7 +210,7 @@ class PolicySet:
                                  "optimizer_steps": float(self.cfg.optimizer_steps_per_rl_step)}
         sums: dict[str, float] = {}  # token-weighted means over the policies, under the usual names
         weight = 0.0
-        for name in self.members:
+        for name in self._update_order():
             if name not in parts:  # its roles generated nothing this step: nothing to train, weights untouched
                 out[f"policy/{name}/trained_rows"] = 0.0
                 out[f"policy/{name}/optimizer_steps"] = 0.0
@@ -229,6 +230,12 @@ class PolicySet:
         self._freeze_all()
         out.update({key: v / weight for key, v in sums.items()} if weight else {})
         return out
+
+    def _update_order(self) -> list[str]:
+        """Adapters and separate models first, the shared base last: an adapter's rows depend on the base too, so
+        stepping the base last evaluates every policy's gradient at the weights its rows were sampled with (the
+        shared rows run with adapters off and do not see the adapters' steps)."""
+        return [n for n in self.members if n != self.shared] + [n for n in self.members if n == self.shared]
 
     def base_state_dict(self) -> dict[str, torch.Tensor]:
         """The base model's weights in HF names (adapters left out, lm_head included), for the shared engine."""

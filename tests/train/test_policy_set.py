@@ -196,3 +196,20 @@ def test_policy_set_separate_model_trains_on_its_own_rows(tmp_path: Path, tiny_m
     load_checkpoint(latest_checkpoint(tmp_path / "run"), model=fresh.model, optimizer=fresh.optimizer)
     assert not _changed([p.detach() for p in judge.parameters()], [p.detach() for p in fresh.members["judge"].model.parameters()])
     assert not _changed([p.detach() for p in ps.base.model.parameters()], [p.detach() for p in fresh.base.model.parameters()])
+
+
+def test_policy_set_adapters_step_at_the_base_the_step_started_from(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """With shared and lora roles, the adapter's update is the one computed at the step's starting base: the same
+    as training the adapter alone, although the base moves in the same step."""
+    from matpo_graph.train.batch import pack_trees, split_by_policy
+    from matpo_graph.train.policy_set import PolicySet
+
+    program, plan = _compile(tmp_path, "shared", "w", "  w: {kind: lora, rank: 4}\n")
+    trees = _trees(plan)
+    both = PolicySet(program, plan, _cfg(train_layers=1), tiny_model_dir)
+    both.train_step(trees)
+    alone = PolicySet(program, plan, _cfg(train_layers=1), tiny_model_dir)
+    batch = pack_trees(trees, loss_agg=plan.loss_agg, pad_token_id=alone.pad_id, trained_roles=plan.trained_roles)
+    alone.activate("w").train_packed(split_by_policy(batch)["w"])
+    assert not _changed([p.detach() for p in both._params["w"]], [p.detach() for p in alone._params["w"]])
+    assert _changed(_snapshot(both, [])["base"], _snapshot(alone, [])["base"])  # the base did move in `both`
