@@ -8,6 +8,9 @@ writes `comparison.md` (final and held-out accuracy, reward, largest context) an
 Every run is an ordinary `matpo-graph train` run folder under OUT, so `matpo-graph report` and
 `matpo-graph show` work on each of them. A graph's cold start (its supervised warm-up, which never sees
 tool noise) is trained once and reused by its noisy run, so both settings start from the same weights.
+
+For held-out learning curves with error bars (equal warm-up token budgets, one fixed held-out set evaluated
+every K steps, paired intervals, resumable over several sittings) use `python scripts/bench_learning.py`.
 """
 
 from __future__ import annotations
