@@ -138,6 +138,7 @@ class PolicySet:
             check_same_tokenizer(self.base_dir, other, policy=name)
             self.members[name] = PolicyOptimizer(other, plan, cfg, role_temperatures=role_temperatures)
         self.separate_dirs = {name: resolve_model(str(spec.model)) for name, spec in separate.items()}
+        self.last_sync_differences: dict[str, float] = {}  # of the latest sync_difference, per trained policy
         self._freeze_all()
 
     # ---------------------------------------------------------------- set-up
@@ -290,5 +291,6 @@ class PolicySet:
                 continue
             trainer = self.sequence_logprobs(name, token_ids)
             out[name] = max(abs(a - b) for a, b in zip(engine, trainer, strict=True))
+        self.last_sync_differences = out
         return out
 

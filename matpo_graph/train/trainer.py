@@ -164,6 +164,8 @@ class LocalTrainer:
         )
         if sync_diff is not None:
             row["sync_max_abs_logprob_diff"] = sync_diff
+        for name, diff in getattr(optimizer, "last_sync_differences", {}).items():  # several policies: each one's
+            row[f"policy/{name}/sync_max_abs_logprob_diff"] = diff
         row["step_seconds"] = time.perf_counter() - t0
         row.update(verl_batch_metrics(credited))
         self._append_metrics(row)

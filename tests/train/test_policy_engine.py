@@ -69,6 +69,7 @@ def test_policy_engine_lora_policies_train_sync_and_resume(tmp_path: Path, monke
     assert first.last_step == 1
     row = first.metrics[0]
     assert row["sync_max_abs_logprob_diff"] < 2e-3  # the engine serves each trained adapter exactly
+    assert row["policy/plan_lora/sync_max_abs_logprob_diff"] < 2e-3
     assert row["policy/plan_lora/trained_rows"] >= 2.0 and "policy/plan_lora/loss" in row
     logged = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert "policy/plan_lora/grad_norm" in logged
