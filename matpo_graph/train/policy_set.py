@@ -11,8 +11,8 @@ its own optimizer, and must use the base model's tokenizer.
 Each RL step packs the whole augmented batch once (weights over the whole step, see
 :mod:`matpo_graph.train.batch`), splits its rows by policy, and lets each policy's optimizer take the step's
 K AdamW steps over its own rows only; a policy whose roles generated no trained token in the step takes no
-step at all (its weights stay exactly as they were). The shared base steps last, so every policy's gradient is taken at the
-weights the step started from (an adapter's rows depend on the base as well). Metrics are namespaced
+step at all (its weights stay exactly as they were). The shared base steps last, so every policy's gradient
+is taken at the weights the step started from (an adapter's rows depend on the base as well). Metrics are namespaced
 ``policy/<name>/...``; the step's own ``loss`` and ``pg_loss`` are the sums over policies (they equal the shared
 loss's definition), ``grad_norm`` the largest.
 
@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from matpo_graph.core.program import CreditPlan, PolicyProgram, Program
-from matpo_graph.runtime.policies.per_role import check_same_tokenizer
 from matpo_graph.core.rollout import RolloutTree
+from matpo_graph.runtime.policies.per_role import check_same_tokenizer
 from matpo_graph.train.batch import pack_trees, split_by_policy
 from matpo_graph.train.config import TrainConfig
 from matpo_graph.train.forward import ForwardEngine
@@ -44,10 +44,11 @@ _TOKEN_MEANS = ("ppo_kl", "clip_fraction", "kl", "kl_ref", "entropy", "matpo/eng
 
 
 class PolicySetError(ValueError):
-    """The graph's policies cannot be trained as declared (a tokenizer mismatch, a conflicting setting)."""
+    """The graph's policies cannot be trained as declared (a conflicting setting, a checkpoint that does not fit)."""
 
 
 def shared_policy_name(program: Program) -> str:
+    """The name of the graph's shared policy (the implicit ``shared`` when it declares none)."""
     return next((n for n, p in program.policies.items() if p.kind == "shared"), "shared")
 
 
