@@ -79,11 +79,12 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
                  states: dict[str, ConfigState]) -> str:
     """The markdown report: one row per configuration, partial ones labelled."""
     complete = all(states[c.name].finished for c in configs)
+    tokens_cap = f"{settings.tree_tokens:,} generated tokens" if settings.tree_tokens else "the graphs' own tokens"
+    tree_budget = f"{tokens_cap}, {f'{settings.tree_seconds:g} s' if settings.tree_seconds else 'no wall clock'}"
     lines = [f"# Learning benchmark{'' if complete else ' (PARTIAL: not every run and evaluation is finished)'}", ""]
     lines += [
         f"RL steps {settings.steps}, {settings.questions_per_step} questions x G per step, seed {settings.seed}; "
-        f"warm-up budget {settings.warmup_tokens:,} trained tokens; tree budget "
-        f"{settings.tree_tokens or 'none'} tokens / {settings.tree_seconds or 'no'} s.",
+        f"warm-up budget {settings.warmup_tokens:,} trained tokens; per-tree budget {tree_budget}.",
         f"Held-out: the same {settings.eval_questions} embedded-web dev questions (1-2 hops) at every point, "
         f"greedy and {settings.samples} samples at temperature 0.7, evaluated at steps "
         f"{', '.join(map(str, settings.eval_steps()))} under each configuration's own tool setting. "
@@ -155,6 +156,7 @@ def plot_curves(path: Path, settings: BenchSettings, configs: Sequence[BenchConf
         ax.set_title(f"held-out accuracy, {'G=%d samples' % settings.samples if kind == 'sampled' else 'greedy'}")
         ax.set_xlabel("RL step (0 = warm-up model)")
         ax.set_xlim(0, settings.steps)
+        ax.set_ylim(-0.02, 1.02)  # accuracies; bands may reach past 0 or 1 and are clipped here
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"accuracy on {settings.eval_questions} questions (±1 SE)")
     if axes[0].get_legend_handles_labels()[0]:
