@@ -186,6 +186,21 @@ class VLLMPolicy:
         self._adapters: dict[str, tuple[str, int, str]] = {}  # name -> (versioned name, lora int id, path)
         self._next_lora_id = 1
 
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> Any:
+        """Hold new requests and wait for in-flight ones, for a change of what the engine serves."""
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: not self._paused)
+            self._paused = True
+            await cond.wait_for(lambda: self._in_flight == 0)
+        try:
+            yield
+        finally:
+            async with cond:
+                self._paused = False
+                cond.notify_all()
+
     def _condition(self) -> asyncio.Condition:
         if self._cond is None:
             self._cond = asyncio.Condition()
@@ -277,23 +292,15 @@ class VLLMPolicy:
         from safetensors.torch import save_file
 
         start = time.perf_counter()
-        cond = self._condition()
-        async with cond:
-            await cond.wait_for(lambda: not self._paused)
-            self._paused = True
-            await cond.wait_for(lambda: self._in_flight == 0)
-        try:
-            tensors = prepare_state_dict(state_dict)
-            with tempfile.TemporaryDirectory(prefix="matpo-weights-", dir=tmp_dir) as folder:
-                await asyncio.to_thread(save_file, tensors, str(Path(folder) / "model.safetensors"), {"format": "pt"})
-                await self.engine.collective_rpc("reload_weights", kwargs={"weights_path": folder})
-            await self.engine.reset_prefix_cache()
-        except Exception as exc:
-            raise PolicyError(f"weight update failed: {type(exc).__name__}: {exc}") from exc
-        finally:
-            async with cond:
-                self._paused = False
-                cond.notify_all()
+        async with self._exclusive():
+            try:
+                tensors = prepare_state_dict(state_dict)
+                with tempfile.TemporaryDirectory(prefix="matpo-weights-", dir=tmp_dir) as folder:
+                    await asyncio.to_thread(save_file, tensors, str(Path(folder) / "model.safetensors"), {"format": "pt"})
+                    await self.engine.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+                await self.engine.reset_prefix_cache()
+            except Exception as exc:
+                raise PolicyError(f"weight update failed: {type(exc).__name__}: {exc}") from exc
         return time.perf_counter() - start
 
     async def load_adapter(self, name: str, folder: str | Path) -> float:
@@ -305,29 +312,21 @@ class VLLMPolicy:
         from vllm.lora.request import LoRARequest
 
         start = time.perf_counter()
-        cond = self._condition()
-        async with cond:
-            await cond.wait_for(lambda: not self._paused)
-            self._paused = True
-            await cond.wait_for(lambda: self._in_flight == 0)
-        try:
-            old = self._adapters.pop(name, None)
-            if old is not None:  # first, so that max_loras adapters always fit the engine's cache
-                await self.engine.remove_lora(old[1])
-            lora_id, self._next_lora_id = self._next_lora_id, self._next_lora_id + 1
-            request = LoRARequest(f"{name}@{lora_id}", lora_id, str(folder))
-            if not await self.engine.add_lora(request):
-                raise PolicyError(f"the engine refused LoRA adapter {name!r} from {folder}")
-            self._adapters[name] = (request.lora_name, lora_id, str(folder))
-            await self.engine.reset_prefix_cache()
-        except PolicyError:
-            raise
-        except Exception as exc:
-            raise PolicyError(f"loading LoRA adapter {name!r} failed: {type(exc).__name__}: {exc}") from exc
-        finally:
-            async with cond:
-                self._paused = False
-                cond.notify_all()
+        async with self._exclusive():
+            try:
+                old = self._adapters.pop(name, None)
+                if old is not None:  # first, so that max_loras adapters always fit the engine's cache
+                    await self.engine.remove_lora(old[1])
+                lora_id, self._next_lora_id = self._next_lora_id, self._next_lora_id + 1
+                request = LoRARequest(f"{name}@{lora_id}", lora_id, str(folder))
+                if not await self.engine.add_lora(request):
+                    raise PolicyError(f"the engine refused LoRA adapter {name!r} from {folder}")
+                self._adapters[name] = (request.lora_name, lora_id, str(folder))
+                await self.engine.reset_prefix_cache()
+            except PolicyError:
+                raise
+            except Exception as exc:
+                raise PolicyError(f"loading LoRA adapter {name!r} failed: {type(exc).__name__}: {exc}") from exc
         return time.perf_counter() - start
 
     def shutdown(self) -> None:
