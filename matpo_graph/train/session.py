@@ -95,7 +95,7 @@ class RolloutSession:
 
             self.per_role = PerRoleEngines(
                 self.program, self.model_dir, kv_cache_gib=self.cfg.kv_cache_gib, seed=self.cfg.seed,
-                max_model_len=self.program.context_tokens + 1024,
+                max_model_len=self.program.context_tokens + 1024, dtype=engine_dtype(self.cfg),
             )
             return self.per_role.router
         if self.cfg.policy == "vllm":

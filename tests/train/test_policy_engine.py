@@ -50,7 +50,8 @@ def _cfg(steps: int, **kw):  # type: ignore[no-untyped-def]
     from matpo_graph.train.config import TrainConfig
 
     return TrainConfig(steps=steps, questions_per_step=1, group_size=2, warmstart="none", eval_questions=0,
-                       env_entities=200, kv_cache_gib=1, lr=1e-3, logger=["jsonl"], time_budget_minutes=0, **kw)
+                       env_entities=200, kv_cache_gib=1, lr=1e-3, logger=["jsonl"], time_budget_minutes=0,
+                       engine_dtype="float32", **kw)  # float32 serving: the sync checks compare to 2e-3
 
 
 def test_policy_engine_lora_policies_train_sync_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
