@@ -50,7 +50,7 @@ def test_compile_verl_every_graph_compiles_or_fails_clearly(graph_file: Path, tm
     try:
         bundle = _compile(graph_file, tmp_path / "b")
     except VerlCompileError as exc:
-        assert exc.issues and all(i.path.startswith(("credit.", "roles.")) for i in exc.issues), exc.render()
+        assert exc.issues and all(i.path.startswith(("credit.", "roles.", "policies.")) for i in exc.issues), exc.render()
         assert all("verl" in i.message.lower() or "verl" in (i.hint or "").lower() for i in exc.issues)
         return
     assert {p.name for p in bundle.root.iterdir()} == BUNDLE_FILES
