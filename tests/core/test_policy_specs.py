@@ -144,5 +144,9 @@ def test_policies_old_rollout_files_read_as_shared() -> None:
 def test_policies_shipped_graphs_are_unchanged_bindings() -> None:
     for path in sorted((REPO / "graphs").glob("*.yaml")):
         program, plan = load_program(path)
+        if path.stem == "deep_search_adapters":  # the per-role example: one adapter per role
+            assert plan.role_policies == {"planner": "planner_adapter", "browser": "browser_adapter"}
+            assert program.policies["planner_adapter"].kind == "lora"
+            continue
         assert set(plan.role_policies.values()) == {"shared"}, path
         assert {p.kind for p in program.policies.values()} == {"shared"}
