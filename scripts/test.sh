@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --with-browser
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
-exec .venv/bin/python -m pytest -q "$@"
+# --durations: the slowest tests are listed at the end, to keep the suite short where it can be
+exec .venv/bin/python -m pytest -q --durations=25 "$@"
