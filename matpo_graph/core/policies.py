@@ -37,6 +37,7 @@ __all__ = [
 
 LORA_FIELDS: tuple[str, ...] = ("rank", "alpha", "dropout", "target_modules")
 _SEPARATE_FIELDS: tuple[str, ...] = ("model",)
+_TRAINED_APART_FIELDS: tuple[str, ...] = ("lr",)  # a policy with an optimizer of its own: lora and separate
 
 
 def default_policy_name(policies: Mapping[str, PolicySpec | None]) -> str:
@@ -64,9 +65,10 @@ def compile_policies(roles: Mapping[str, Role], policies: Mapping[str, PolicySpe
                 alpha=float(spec.alpha) if spec.alpha is not None else float(2 * rank),
                 dropout=spec.dropout if spec.dropout is not None else float(LORA_DEFAULTS["dropout"]),
                 target_modules=spec.target_modules if spec.target_modules is not None else LORA_DEFAULTS["target_modules"],
+                lr=spec.lr,
             )
         elif spec.kind == "separate":
-            out[name] = PolicyProgram(name=name, kind="separate", model=spec.model, requires_base_tokenizer=True)
+            out[name] = PolicyProgram(name=name, kind="separate", model=spec.model, lr=spec.lr, requires_base_tokenizer=True)
         else:
             out[name] = PolicyProgram(name=name, kind="shared")
     return dict(sorted(out.items()))
@@ -120,10 +122,19 @@ def policy_issues(roles: Mapping[str, Role | None], policies: Mapping[str, Polic
 
 def _field_issues(name: str, spec: PolicySpec) -> list[SpecIssue]:
     out: list[SpecIssue] = []
-    given: dict[str, Any] = {f: getattr(spec, f) for f in (*LORA_FIELDS, *_SEPARATE_FIELDS) if getattr(spec, f) is not None}
-    allowed = LORA_FIELDS if spec.kind == "lora" else _SEPARATE_FIELDS if spec.kind == "separate" else ()
+    fields = (*LORA_FIELDS, *_SEPARATE_FIELDS, *_TRAINED_APART_FIELDS)
+    given: dict[str, Any] = {f: getattr(spec, f) for f in fields if getattr(spec, f) is not None}
+    allowed = {"lora": (*LORA_FIELDS, *_TRAINED_APART_FIELDS), "separate": (*_SEPARATE_FIELDS, *_TRAINED_APART_FIELDS)}.get(spec.kind, ())
     for field, _ in given.items():
         if field not in allowed:
+            if field in _TRAINED_APART_FIELDS:  # the shared policy trains with the run's own settings
+                out.append(SpecIssue.at(
+                    "invalid-value", ("policies", name, field),
+                    f"{field!r} applies to lora and separate policies only; the shared policy {name!r} trains with "
+                    f"the run's {field}",
+                    f"remove it and pass --{field} to `matpo-graph train`, or make the policy lora or separate",
+                ))
+                continue
             owner = "lora" if field in LORA_FIELDS else "separate"
             out.append(SpecIssue.at(
                 "invalid-value", ("policies", name, field),

@@ -81,6 +81,7 @@ class PolicyProgram(_Data):
     alpha: float | None = Field(default=None, description="lora: scaling numerator (alpha / rank).")
     dropout: float | None = Field(default=None, description="lora: dropout on the adapter's input.")
     target_modules: list[str] | Literal["all-linear"] | None = Field(default=None, description="lora: wrapped modules.")
+    lr: float | None = Field(default=None, description="lora and separate: learning rate (None: the run's lr).")
     model: str | None = Field(default=None, description="separate: a model folder, the embedded name or a Hub id.")
     requires_base_tokenizer: bool = Field(default=False, description="separate: its tokenizer must equal the base model's.")
 

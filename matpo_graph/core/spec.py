@@ -330,6 +330,11 @@ class PolicySpec(_Strict):
         default=None,
         description="lora: module names the adapter wraps, e.g. [q_proj, v_proj], or all-linear (the default).",
     )
+    lr: float | None = Field(
+        default=None, gt=0.0, le=1.0,
+        description="lora and separate: this policy's learning rate (default: the run's lr). An adapter trains few "
+        "parameters and usually wants a larger one than the shared model.",
+    )
     model: str | None = Field(
         default=None,
         description="separate (required): a local model folder, the embedded model's name or a Hub id. Its tokenizer must "

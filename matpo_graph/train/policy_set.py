@@ -137,7 +137,8 @@ class PolicySet:
         for name, spec in separate.items():
             other = resolve_model(str(spec.model))
             check_same_tokenizer(self.base_dir, other, policy=name)
-            self.members[name] = PolicyOptimizer(other, plan, cfg, role_temperatures=role_temperatures)
+            own = cfg if spec.lr is None else cfg.model_copy(update={"lr": spec.lr})
+            self.members[name] = PolicyOptimizer(other, plan, own, role_temperatures=role_temperatures)
         self.separate_dirs = {name: resolve_model(str(spec.model)) for name, spec in separate.items()}
         self.last_sync_differences: dict[str, float] = {}  # of the latest sync_difference, per trained policy
         self._freeze_all()
@@ -162,7 +163,8 @@ class PolicySet:
             self._params[name] = params
             if name in trained:
                 member = copy.copy(self.base)
-                member.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+                lr = self.lora_specs[name].lr or self.cfg.lr  # the policy's own, else the run's
+                member.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=self.cfg.weight_decay)
                 self.members[name] = member
 
     def _freeze_all(self) -> None:

@@ -78,6 +78,20 @@ def test_policies_fields_of_another_kind_are_errors_at_their_line(tmp_path: Path
     assert got == {("invalid-value", "policies.p.model", 9), ("invalid-value", "policies.q.rank", 10), ("invalid-value", "policies.q.alpha", 10)}
 
 
+def test_policies_lr_is_a_lora_or_separate_field_and_compiles(tmp_path: Path) -> None:
+    text = _graph(a=", policy: p", b=", policy: q", c=", policy: r",
+                  policies="  p: {kind: lora, lr: 1.0e-4}\n  q: {kind: separate, model: m, lr: 3.0e-6}\n  r: {kind: lora}\n")
+    check = check_text(text, base_dir=tmp_path)
+    assert check.ok and check.graph is not None, check.issues
+    program, _ = compile_graph(check.graph, tmp_path)
+    assert (program.policies["p"].lr, program.policies["q"].lr, program.policies["r"].lr) == (1e-4, 3e-6, None)
+    assert program.policies["shared"].lr is None  # the shared model trains at the run's lr
+    shared = _graph(policies="  base: {kind: shared, lr: 1.0e-4}\n")
+    (issue,) = [i for i in check_text(shared, base_dir=tmp_path).issues if i.severity == "error"]
+    assert (issue.code, issue.path, issue.line) == ("invalid-value", "policies.base.lr", 9)
+    assert "run's lr" in issue.message and "--lr" in (issue.hint or "")
+
+
 @pytest.mark.parametrize(
     ("policies", "code", "path"),
     [
@@ -86,6 +100,7 @@ def test_policies_fields_of_another_kind_are_errors_at_their_line(tmp_path: Path
         ("  p: {kind: lora, target_modules: []}\n", "invalid-value", "policies.p.target_modules"),
         ("  p: {kind: lora, rank: 0}\n", "out-of-range", "policies.p.rank"),
         ("  p: {kind: lora, dropout: 1.0}\n", "out-of-range", "policies.p.dropout"),
+        ("  p: {kind: lora, lr: 0}\n", "out-of-range", "policies.p.lr"),
         ("  p: {kind: lorra}\n", "invalid-value", "policies.p.kind"),
         ("  p: {kind: lora, ranks: 4}\n", "unknown-key", "policies.p.ranks"),
         ("  p: {rank: 4}\n", "missing-key", "policies.p.kind"),

@@ -107,6 +107,19 @@ def test_policy_set_each_adapter_trains_on_its_own_rows_and_the_base_stays(tmp_p
     assert all(not p.requires_grad for p in ps.peft.parameters())  # nothing left trainable between steps
 
 
+def test_policy_set_each_policy_steps_at_its_own_lr(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from matpo_graph.train.policy_set import PolicySet
+
+    program, plan = _compile(tmp_path, "p", "judge",
+                             f"  p: {{kind: lora, rank: 4, lr: 0.05}}\n  judge: {{kind: separate, model: '{tiny_model_dir}', lr: 0.002}}\n")
+    ps = PolicySet(program, plan, _cfg(), tiny_model_dir)
+    assert [g["lr"] for g in ps.members["p"].optimizer.param_groups] == [0.05]
+    assert [g["lr"] for g in ps.members["judge"].optimizer.param_groups] == [0.002]
+    program, plan = _compile(tmp_path, "p", "w", "  p: {kind: lora, rank: 4}\n  w: {kind: lora, rank: 4}\n")
+    ps = PolicySet(program, plan, _cfg(), tiny_model_dir)  # no lr given: the run's
+    assert {g["lr"] for n in ("p", "w") for g in ps.members[n].optimizer.param_groups} == {1e-2}
+
+
 def test_policy_set_a_policy_without_rows_does_not_move(tmp_path: Path, tiny_model_dir: Path) -> None:
     from matpo_graph.train.policy_set import PolicySet
 
