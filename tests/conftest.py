@@ -1,6 +1,11 @@
 """Suite-wide settings."""
 
 import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 # Imported up front: importing hypothesis for the first time after the vLLM engine has run can trip
 # CPython 3.11's AST recursion check inside pytest's assertion rewriter.
@@ -18,3 +23,17 @@ RUN_FIRST = ("tests/verl/test_verl_cpu_run.py",)
 
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pytest hook signature
     items.sort(key=lambda item: not item.nodeid.startswith(RUN_FIRST))  # stable: order within each part kept
+
+
+@pytest.fixture(scope="module")
+def module_tmp(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A folder for one module's shared runs, deleted when the module ends without a new failure.
+
+    Checkpoints of the embedded model weigh GBs (a veRL run leaves ~5 GB); kept until the session ends, they
+    filled a CI disk. A failing module keeps its folder for a look.
+    """
+    failed_before = request.session.testsfailed
+    path = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    yield path
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(path, ignore_errors=True)

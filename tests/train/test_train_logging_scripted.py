@@ -13,14 +13,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def scripted_run(tmp_path_factory):
+def scripted_run(module_tmp):
     pytest.importorskip("torch")
     pytest.importorskip("tensorboard")
     from matpo_graph.compilers.local import load_program
     from matpo_graph.train.config import TrainConfig
     from matpo_graph.train.trainer import LocalTrainer
 
-    tmp = tmp_path_factory.mktemp("scripted_run")
+    tmp = module_tmp
     script = tmp / "script.json"
     script.write_text(json.dumps({"rules": [], "default": "I know this one. \\boxed{Paris}"}))
     data = tmp / "qa.jsonl"

@@ -95,10 +95,10 @@ def _train(out: Path, steps: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def verl_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def verl_run(module_tmp: Path) -> dict[str, Any]:
     from matpo_graph.train.report import read_rows
 
-    out = tmp_path_factory.mktemp("verl_cpu")
+    out = module_tmp
     first = _train(out, 1)
     resumed = _train(out, 2)  # veRL's resume_mode=auto loads global_step_1 and trains step 2
     return {"out": out, "rows": read_rows(out / "verl.log"), "first": first, "resumed": resumed}
