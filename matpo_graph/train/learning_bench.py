@@ -106,9 +106,11 @@ class BenchSettings:
     """limits.tree_tokens of every graph copy (None: the graph's own); cuts runaway trees only."""
     tree_seconds: float | None = None
     """limits.tree_seconds (None: the graph's own). Off: wall time would make accuracy depend on the machine's load."""
+    lr: float | None = None
+    """RL learning rate of every configuration (None: the trainer's default); one folder per rate keeps curves apart."""
 
     FIXED = ("eval_questions", "samples", "questions_per_step", "seed", "warmup_tokens", "warmup_demos",
-             "warmup_drills", "tree_tokens", "tree_seconds")
+             "warmup_drills", "tree_tokens", "tree_seconds", "lr")
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_every < 1 or self.eval_questions < 1 or self.samples < 1:
@@ -124,8 +126,9 @@ class BenchSettings:
 
     def check_against(self, saved: dict[str, Any]) -> None:
         """Raise SettingsMismatch when a fixed setting differs from the one the folder was started with."""
-        diff = [f"{k}: folder {saved[k]!r}, now {getattr(self, k)!r}" for k in self.FIXED
-                if k in saved and saved[k] != getattr(self, k)]
+        defaults = {f.name: f.default for f in fields(self)}  # a folder from before a setting existed used its default
+        diff = [f"{k}: folder {saved.get(k, defaults[k])!r}, now {getattr(self, k)!r}" for k in self.FIXED
+                if saved.get(k, defaults[k]) != getattr(self, k)]
         if diff:
             raise SettingsMismatch("this output folder was started with other settings (" + "; ".join(diff) +
                                    "); finished pieces would not be comparable. Use the same settings or a new --out.")

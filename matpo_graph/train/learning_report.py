@@ -83,7 +83,8 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
     tree_budget = f"{tokens_cap}, {f'{settings.tree_seconds:g} s' if settings.tree_seconds else 'no wall clock'}"
     lines = [f"# Learning benchmark{'' if complete else ' (PARTIAL: not every run and evaluation is finished)'}", ""]
     lines += [
-        f"RL steps {settings.steps}, {settings.questions_per_step} questions x G per step, seed {settings.seed}; "
+        f"RL steps {settings.steps}, {settings.questions_per_step} questions x G per step, seed {settings.seed}, "
+        f"lr {f'{settings.lr:g}' if settings.lr else 'the trainer default'}; "
         f"warm-up budget {settings.warmup_tokens:,} trained tokens; per-tree budget {tree_budget}.",
         f"Held-out: the same {settings.eval_questions} embedded-web dev questions (1-2 hops) at every point, "
         f"greedy and {settings.samples} samples at temperature 0.7, evaluated at steps "

@@ -155,6 +155,12 @@ def test_settings_that_would_mix_incomparable_pieces_are_refused():
         BenchSettings(eval_questions=24).check_against(saved)
     with pytest.raises(SettingsMismatch, match="warmup_tokens"):
         BenchSettings(warmup_tokens=1000).check_against(saved)
+    with pytest.raises(SettingsMismatch, match="lr"):  # another learning rate is another curve: another folder
+        BenchSettings(lr=1e-5).check_against(saved)
+    before_lr = {k: v for k, v in saved.items() if k != "lr"}  # a folder from before --lr used the default
+    BenchSettings().check_against(before_lr)
+    with pytest.raises(SettingsMismatch, match="lr: folder None, now 1e-05"):
+        BenchSettings(lr=1e-5).check_against(before_lr)
 
 
 def tree(qid: str, tag: str, k: int, acc: float, *, truncated: str | None = None) -> RolloutTree:
