@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pyte
 def module_tmp(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A folder for one module's shared runs, deleted when the module ends without a new failure.
 
-    Checkpoints of the embedded model weigh GBs (a veRL run leaves ~5 GB); kept until the session ends, they
+    Checkpoints of the embedded model weigh GBs (a veRL run leaves ~4 GB); kept until the session ends, they
     filled a CI disk. A failing module keeps its folder for a look.
     """
     failed_before = request.session.testsfailed
