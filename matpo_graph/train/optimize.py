@@ -55,6 +55,48 @@ def _freeze_below_top_layers(model: Any, n: int) -> None:
             p.requires_grad_(True)
 
 
+class _StepTotals:
+    """What the micro-batches of one RL step's update add up to, and the step's metrics built from it (one
+    place for both update paths, so the padded reference and the engine report the same names)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.tokens = 0.0
+        self.loss = 0.0
+        self.pg = 0.0  # veRL's actor/pg_loss: the policy-gradient part, summed over micro-batches
+        self.grad_norms: list[float] = []
+
+    def add(self, out: Any) -> None:
+        """Count one micro-batch's loss output (before or after its backward pass)."""
+        self.loss += float(out.loss.detach())
+        self.pg += float(out.metrics.get("matpo/loss/pg_loss", 0.0))
+        n = float(out.num_tokens)
+        self.tokens += n
+        for key, v in out.metrics.items():
+            self.sums[key] = self.sums.get(key, 0.0) + v * n
+
+    def clip_and_record(self, params: list[torch.Tensor], max_norm: float) -> None:
+        self.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+
+    def metrics(self, steps: int, batch: PackedBatch, pack_s: float) -> dict[str, float]:
+        k = max(1, steps)
+        mean = {key: v / self.tokens for key, v in self.sums.items()} if self.tokens else {}
+        return {
+            "loss": self.loss / k,
+            "pg_loss": self.pg / k,
+            "ppo_kl": mean.get("matpo/loss/ppo_kl", 0.0),
+            "clip_fraction": mean.get("matpo/loss/clip_frac", 0.0),
+            "kl": mean.get("matpo/loss/approx_kl_k3", 0.0),
+            "kl_ref": mean.get("matpo/loss/kl_ref", 0.0),
+            "entropy": mean.get("matpo/loss/entropy", 0.0),
+            "grad_norm": max(self.grad_norms) if self.grad_norms else 0.0,
+            "optimizer_steps": float(steps),
+            "trained_rows": float(len(batch)),
+            "trained_tokens": float(batch.num_trained_tokens),
+            "pack_seconds": pack_s,
+        }
+
+
 class PolicyOptimizer:
     """Owns the trainable model and its AdamW state; `train_step` does exactly K optimizer steps."""
 
@@ -130,11 +172,7 @@ class PolicyOptimizer:
         pack_s = time.perf_counter() - t0
         if self.skip_zero_signal and self.loss_cfg.kl_coef == 0 and not bool((batch.advantages != 0).any()):
             return self._zero_signal_step(len(schedule), batch, pack_s)
-        sums: dict[str, float] = {}
-        token_total = 0.0
-        loss_total = 0.0
-        pg_total = 0.0  # veRL's actor/pg_loss: the policy-gradient part, summed over micro-batches
-        grad_norms: list[float] = []
+        totals = _StepTotals()
         for minibatch in schedule:
             self.optimizer.zero_grad(set_to_none=True)
             for micro in minibatch:
@@ -142,32 +180,10 @@ class PolicyOptimizer:
                     continue
                 out = self._micro_loss(micro)
                 out.loss.backward()
-                loss_total += float(out.loss.detach())
-                pg_total += float(out.metrics.get("matpo/loss/pg_loss", 0.0))
-                n = float(out.num_tokens)
-                token_total += n
-                for k, v in out.metrics.items():
-                    sums[k] = sums.get(k, 0.0) + v * n
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-            grad_norms.append(float(norm))
+                totals.add(out)
+            totals.clip_and_record([p for p in self.model.parameters() if p.requires_grad], self.cfg.max_grad_norm)
             self.optimizer.step()
-        k = max(1, len(schedule))
-        mean = {key: v / token_total for key, v in sums.items()} if token_total else {}
-        return {
-            "loss": loss_total / k,
-            "pg_loss": pg_total / k,
-            "ppo_kl": mean.get("matpo/loss/ppo_kl", 0.0),
-            "clip_fraction": mean.get("matpo/loss/clip_frac", 0.0),
-            "kl": mean.get("matpo/loss/approx_kl_k3", 0.0),
-            "kl_ref": mean.get("matpo/loss/kl_ref", 0.0),
-            "entropy": mean.get("matpo/loss/entropy", 0.0),
-            "grad_norm": max(grad_norms) if grad_norms else 0.0,
-            "optimizer_steps": float(len(schedule)),
-            "trained_rows": float(len(batch)),
-            "trained_tokens": float(batch.num_trained_tokens),
-            "pack_seconds": pack_s,
-        }
+        return totals.metrics(len(schedule), batch, pack_s)
 
     def train_packed(self, batch: PackedBatch) -> dict[str, float]:
         """What `train_step` does after packing, on a batch packed by the caller: one policy's own rows of the
@@ -260,11 +276,7 @@ class PolicyOptimizer:
         if recompute:
             minibatches = [minibatches[0]] + [self.recompute_old_logprobs(mb) for mb in minibatches[1:]]
         old_s = time.perf_counter() - t_old
-        sums: dict[str, float] = {}
-        token_total = 0.0
-        loss_total = 0.0
-        pg_total = 0.0  # veRL's actor/pg_loss: the policy-gradient part, summed over micro-batches
-        grad_norms: list[float] = []
+        totals = _StepTotals()
         gap_sum, gap_max, gap_n = 0.0, 0.0, 0
         ratio_dev = 0.0
         for k, minibatch in enumerate(minibatches):
@@ -290,36 +302,16 @@ class PolicyOptimizer:
                 if entropy is not None:
                     out.metrics["matpo/loss/entropy"] = entropy
                 out.loss.backward()
-                loss_total += float(out.loss.detach())
-                pg_total += float(out.metrics.get("matpo/loss/pg_loss", 0.0))
-                n = float(out.num_tokens)
-                token_total += n
-                for key, v in out.metrics.items():
-                    sums[key] = sums.get(key, 0.0) + v * n
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-            grad_norms.append(float(norm))
+                totals.add(out)
+            totals.clip_and_record([p for p in self.model.parameters() if p.requires_grad], self.cfg.max_grad_norm)
             self.optimizer.step()
-        k = max(1, len(minibatches))
-        mean = {key: v / token_total for key, v in sums.items()} if token_total else {}
-        out_metrics = {
-            "loss": loss_total / k,
-            "pg_loss": pg_total / k,
-            "ppo_kl": mean.get("matpo/loss/ppo_kl", 0.0),
-            "clip_fraction": mean.get("matpo/loss/clip_frac", 0.0),
-            "kl": mean.get("matpo/loss/approx_kl_k3", 0.0),
-            "kl_ref": mean.get("matpo/loss/kl_ref", 0.0),
-            "entropy": mean.get("matpo/loss/entropy", 0.0),
-            "grad_norm": max(grad_norms) if grad_norms else 0.0,
-            "optimizer_steps": float(len(minibatches)),
-            "trained_rows": float(len(batch)),
-            "trained_tokens": float(batch.num_trained_tokens),
-            "pack_seconds": pack_s,
+        out_metrics = totals.metrics(len(minibatches), batch, pack_s)
+        out_metrics.update({
             "timing_s/old_log_prob": old_s,
             "matpo/engine_trainer_logprob_gap": gap_sum / gap_n if gap_n else 0.0,
             "matpo/engine_trainer_logprob_gap_max": gap_max,
             "matpo/trainer_precision_bf16": float(self.forward is not None and self.forward.precision == "bf16"),
-        }
+        })
         if recompute:
             out_metrics["matpo/first_minibatch_ratio_max_dev"] = ratio_dev
         return out_metrics
