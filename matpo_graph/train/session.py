@@ -39,8 +39,9 @@ class RolloutSession:
     """Context manager: starts the embedded web (when needed), the policy engine and the tools."""
 
     def __init__(self, program: Program, cfg: TrainConfig, *, model_dir: Path, plan: CreditPlan | None = None,
-                 run_dir: Path | None = None) -> None:
+                 run_dir: Path | None = None, first_step: int = 0) -> None:
         self.program = program
+        self.first_step = first_step  # steps a resumed run already has (the progress display counts on from it)
         self.cfg = cfg
         self.model_dir = Path(model_dir)
         self.plan = plan
@@ -63,7 +64,7 @@ class RolloutSession:
 
         from matpo_graph.train.progress import CountingPolicy, RunProgress
 
-        self.board = RunProgress(total_steps=self.cfg.steps if self.run_dir is not None else 0)
+        self.board = RunProgress(total_steps=self.cfg.steps if self.run_dir is not None else 0, first_step=self.first_step)
         self.board.begin("starting engine and tools", total=None, unit="")
         need_web = uses_embedded_web(self.program) or self.cfg.data is None or self.cfg.eval_data is None
         if need_web:

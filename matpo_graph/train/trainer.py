@@ -83,7 +83,8 @@ class LocalTrainer:
         history: list[dict[str, Any]] = []
         last_done = start_step
         try:
-            with RolloutSession(self.program, self.cfg, model_dir=init_dir, plan=self.plan, run_dir=self.run_dir) as session:
+            with RolloutSession(self.program, self.cfg, model_dir=init_dir, plan=self.plan, run_dir=self.run_dir,
+                                first_step=start_step) as session:
                 self._session = session
                 if ckpt is not None or hasattr(optimizer, "sync"):
                     self._sync_engine(session, optimizer, start_step, initial=ckpt is None)

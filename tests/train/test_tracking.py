@@ -218,3 +218,23 @@ def test_progress_plain_lines_show_counts_tokens_and_time_left():
     assert "[step 1/2] rollouts done: 8/8 trees, 40s, 2000 tokens, 50 tok/s" in text
     assert "RL steps 1/2: reward 0.5  ~1:40 left" in text
     assert "[step 2/2] update actor: ~1:00 left" in text
+
+
+def test_progress_of_a_resumed_run_counts_on_from_its_checkpoint():
+    from rich.console import Console
+
+    out = io.StringIO()
+    clock = FakeClock()
+    board = RunProgress(total_steps=20, first_step=10, console=Console(file=out, force_terminal=False, width=200),
+                        every_s=5.0, clock=clock)
+    board.begin("rollouts", total=8, unit="trees")
+    clock.t = 10.0
+    board.advance(8)
+    board.end()
+    clock.t = 60.0
+    board.step_done(11, "reward 0.5")
+    board.stop()
+    text = out.getvalue()
+    assert "RL steps 10/20: starting" in text
+    assert "[step 11/20] rollouts done" in text
+    assert "RL steps 11/20: reward 0.5  ~9:00 left" in text  # 9 steps left at the 60 s this launch's one step took

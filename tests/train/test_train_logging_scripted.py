@@ -77,6 +77,30 @@ def test_scripted_run_shows_progress_from_the_start(scripted_run):
     assert "step:1 - actor/" in text  # the console logger, veRL's format
 
 
+def test_scripted_resume_counts_progress_on_from_its_checkpoint(scripted_run, tmp_path):
+    """A resumed run's progress starts at the checkpoint's step, not at 0 (it used to print `RL steps 0/2`)."""
+    import contextlib
+    import io
+    import shutil
+
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.train.config import TrainConfig
+    from matpo_graph.train.trainer import LocalTrainer
+
+    run, _, _ = scripted_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)  # the module's run stays at step 1 for the other tests
+    cfg = TrainConfig.model_validate_json((copy / "train_config.json").read_text()).model_copy(update={"steps": 2})
+    program, plan = load_program(ROOT / "graphs" / "single_agent.yaml")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = LocalTrainer(program, plan, cfg, copy).run(resume=True)
+    text = out.getvalue()
+    assert result.last_step == 2
+    assert "RL steps 1/2: starting" in text and "RL steps 0/2" not in text
+    assert "[step 2/2] rollouts done" in text and "[step 1/2]" not in text
+
+
 def test_scripted_eval_of_the_run_folder_shows_progress_and_writes_trees(scripted_run, tmp_path, capsys):
     from matpo_graph.cli import main
     from matpo_graph.core.rollout import read_trees
