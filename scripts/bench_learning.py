@@ -71,6 +71,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tree-tokens", type=int, default=d.tree_tokens, help="limits.tree_tokens of every graph (0: the graph's own)")
     p.add_argument("--tree-seconds", type=float, default=0.0, help="limits.tree_seconds of every graph (default 0: the graph's own)")
     p.add_argument("--lr", type=float, help="RL learning rate (default: the trainer's); fixed for the folder")
+    p.add_argument("--temperature", type=float,
+                   help="sampling temperature of the RL rollouts (default: the trainer's); evaluations keep theirs; fixed for the folder")
     p.add_argument("--policy", default="vllm", help="rollout policy of training and evaluation: vllm (default) or "
                    "scripted:FILE (tests of the benchmark itself)")
     p.add_argument("--train-layers", type=int, help="decoder layers trained, from the top (default: the trainer's 10)")
@@ -86,6 +88,7 @@ def _settings(args: argparse.Namespace) -> BenchSettings:
         questions_per_step=args.questions_per_step, seed=args.seed, warmup_tokens=args.warmup_tokens,
         warmup_demos=args.warmup_demos, warmup_drills=args.warmup_drills, tree_tokens=args.tree_tokens or None,
         tree_seconds=args.tree_seconds or None, lr=args.lr,
+        temperature=args.temperature,
     )
 
 
@@ -161,7 +164,8 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
                             "--seed", str(settings.seed), "--questions-per-step", str(settings.questions_per_step),
                             "--eval-questions", "0", "--time-budget", "0", "--warmstart", "sft",
                             "keep_checkpoints=1", f"policy={args.policy}", *_layers(args, "train_layers="), *noise,
-                            *([f"lr={settings.lr!r}"] if settings.lr else [])))
+                            *([f"lr={settings.lr!r}"] if settings.lr else []),
+                            *([f"temperature={settings.temperature!r}"] if settings.temperature is not None else [])))
         append_log(layout, {"action": "train", "config": config.name, "from": start, "to": trained_step(run),
                             "seconds": seconds})
         return

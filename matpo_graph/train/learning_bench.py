@@ -108,9 +108,12 @@ class BenchSettings:
     """limits.tree_seconds (None: the graph's own). Off: wall time would make accuracy depend on the machine's load."""
     lr: float | None = None
     """RL learning rate of every configuration (None: the trainer's default); one folder per rate keeps curves apart."""
+    temperature: float | None = None
+    """Sampling temperature of the RL rollouts (None: the trainer's default). Evaluations always sample at the
+    eval default, so curves of different folders stay comparable."""
 
     FIXED = ("eval_questions", "samples", "questions_per_step", "seed", "warmup_tokens", "warmup_demos",
-             "warmup_drills", "tree_tokens", "tree_seconds", "lr")
+             "warmup_drills", "tree_tokens", "tree_seconds", "lr", "temperature")
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_every < 1 or self.eval_questions < 1 or self.samples < 1:

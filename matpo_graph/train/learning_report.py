@@ -84,7 +84,8 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
     lines = [f"# Learning benchmark{'' if complete else ' (PARTIAL: not every run and evaluation is finished)'}", ""]
     lines += [
         f"RL steps {settings.steps}, {settings.questions_per_step} questions x G per step, seed {settings.seed}, "
-        f"lr {f'{settings.lr:g}' if settings.lr else 'the trainer default'}; "
+        f"lr {f'{settings.lr:g}' if settings.lr else 'the trainer default'}, "
+        f"rollout temperature {f'{settings.temperature:g}' if settings.temperature is not None else 'the trainer default'}; "
         f"warm-up budget {settings.warmup_tokens:,} trained tokens; per-tree budget {tree_budget}.",
         f"Held-out: the same {settings.eval_questions} embedded-web dev questions (1-2 hops) at every point, "
         f"greedy and {settings.samples} samples at temperature 0.7, evaluated at steps "

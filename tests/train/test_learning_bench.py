@@ -161,6 +161,8 @@ def test_settings_that_would_mix_incomparable_pieces_are_refused():
     BenchSettings().check_against(before_lr)
     with pytest.raises(SettingsMismatch, match="lr: folder None, now 1e-05"):
         BenchSettings(lr=1e-5).check_against(before_lr)
+    with pytest.raises(SettingsMismatch, match="temperature: folder None, now 1.0"):  # as is another rollout temperature
+        BenchSettings(temperature=1.0).check_against(before_lr)
 
 
 def tree(qid: str, tag: str, k: int, acc: float, *, truncated: str | None = None) -> RolloutTree:

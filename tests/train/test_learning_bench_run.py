@@ -32,7 +32,7 @@ def test_benchmark_runs_then_resumes_without_redoing_anything(tmp_path, monkeypa
     out = tmp_path / "bench"
     common = ["--out", str(out), "--configs", "single_agent-clean", "--eval-every", "1", "--eval-questions", "2",
               "--samples", "2", "--warmup-tokens", "600", "--warmup-demos", "2", "--warmup-drills", "2",
-              "--train-layers", "1", "--policy", f"scripted:{script}", "--lr", "3e-06"]
+              "--train-layers", "1", "--policy", f"scripted:{script}", "--lr", "3e-06", "--temperature", "0.9"]
     ran: list[list[str]] = []
     real_run = subprocess.run
 
@@ -50,7 +50,8 @@ def test_benchmark_runs_then_resumes_without_redoing_anything(tmp_path, monkeypa
     assert point is not None and len(point.questions) == 2 and point.samples == 2 and point.trees == 6
     assert point.sampled == dict.fromkeys(point.questions, 0.0)  # the scripted answer is always wrong
     assert (run / "sft").is_symlink() and (run / "checkpoints" / "step_000001").is_dir()
-    assert json.loads((run / "train_config.json").read_text())["lr"] == 3e-06  # --lr reached the trainer
+    trained = json.loads((run / "train_config.json").read_text())
+    assert trained["lr"] == 3e-06 and trained["temperature"] == 0.9  # --lr and --temperature reached the trainer
     assert layout.eval_trees("single_agent-clean", 1).is_file()
     table = (out / "learning.md").read_text()
     assert "PARTIAL" not in table and "single agent (GRPO), clean" in table
