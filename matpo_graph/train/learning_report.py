@@ -31,7 +31,9 @@ _GUESS = {"step": 180.0, "eval_tree": 6.0, "warmup": 600.0}
 
 
 def training_summary(run_dir: Path) -> dict[str, float]:
-    """Means over the RL steps run so far: groups with signal, tool errors, seconds; the largest context; truncations."""
+    """Means over the RL steps run so far: groups with signal, tool errors, seconds; the largest context; truncations;
+    and over the steps that trained (had signal): the trained tokens' entropy and the PPO clip fraction, which say
+    whether the policy can still move."""
     from matpo_graph.train.report import read_metrics
 
     try:
@@ -39,8 +41,10 @@ def training_summary(run_dir: Path) -> dict[str, float]:
     except FileNotFoundError:
         rows = []
 
-    def avg(key: str) -> float:
-        vals = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    trained = [r for r in rows if "actor/entropy" in r]  # only steps with a trained token of non-zero advantage log it
+
+    def avg(key: str, among: list[dict] | None = None) -> float:
+        vals = [float(r[key]) for r in (rows if among is None else among) if isinstance(r.get(key), (int, float))]
         return statistics.fmean(vals) if vals else math.nan
 
     largest = max((float(v) for r in rows for k, v in r.items() if k.startswith("matpo/max_context/")), default=math.nan)
@@ -51,6 +55,8 @@ def training_summary(run_dir: Path) -> dict[str, float]:
         "largest_context": largest,
         "step_seconds": avg("timing_s/step"),
         "truncated": float(sum(float(r.get("matpo/truncated", 0.0)) for r in rows)),
+        "entropy": avg("actor/entropy", trained),
+        "clip_fraction": avg("actor/pg_clipfrac", trained),
     }
 
 
@@ -95,8 +101,9 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
         "",
         "| configuration | warm-up trained tokens | warm-up acc. (G samples) | warm-up greedy | final step | final acc. "
         "(G samples) | final greedy | difference (samples) | difference (greedy) | groups with signal | "
-        "tool error rate | largest context | s / step | truncated trees |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "tool error rate | largest context | s / step | truncated trees | entropy (nats / trained token) | "
+        "clip fraction |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in configs:
         st = states[c.name]
@@ -123,10 +130,12 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
             step_txt,
             _fmt(_acc(last, "sampled")) if last else "-", _fmt(_acc(last, "greedy")) if last else "-",
             diffs[0], diffs[1], _num(train["signal"]), _num(train["tool_error_rate"]), _num(train["largest_context"]),
-            _num(train["step_seconds"], 0), _num(train["truncated"], 0),
+            _num(train["step_seconds"], 0), _num(train["truncated"], 0), _num(train["entropy"], 4),
+            _num(train["clip_fraction"], 4),
         ]) + " |")
     lines += ["", "Training columns (signal, tool errors, context, seconds, truncated trees) cover the RL steps run so "
-              "far; the held-out columns come from `runs/<configuration>/evals/step_N.json`."]
+              "far; entropy (under the rollout temperature) and clip fraction are means over the steps that had "
+              "signal; the held-out columns come from `runs/<configuration>/evals/step_N.json`."]
     return "\n".join(lines) + "\n"
 
 

@@ -54,7 +54,10 @@ def fake_eval(layout: BenchLayout, config: str, step: int, greedy: list[float], 
 
 def fake_metrics(layout: BenchLayout, config: str, steps: int) -> None:
     rows = [{"step": s, "matpo/reward/mean": 0.2, "matpo/group_variance_share": 0.5, "matpo/tool_error_rate": 0.1,
-             "matpo/max_context/planner": 1000.0 + s, "timing_s/step": 150.0, "matpo/truncated": 1.0}
+             "matpo/max_context/planner": 1000.0 + s, "timing_s/step": 150.0, "matpo/truncated": 1.0,
+             "actor/pg_clipfrac": 0.0,
+             # only steps that trained log an entropy: every third here (a mean over all steps would be 0.01)
+             **({"actor/entropy": 0.03, "actor/pg_clipfrac": 0.002} if s % 3 == 0 else {})}
             for s in range(1, steps + 1)]
     path = layout.run(config) / "metrics.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +206,7 @@ def test_table_and_plot_render_partial_results_labelled(tmp_path):
     assert cells[5] == "0.500 ± 0.289"
     # paired: differences 0.5, 0.5, 0 -> mean 0.333, se 0.167, t(0.975, 2) = 4.303
     assert cells[7].startswith("+0.333 [-0.384, +1.050]")
-    assert cells[9:] == ["0.500", "0.100", "1,010", "150", "10"]
+    assert cells[9:] == ["0.500", "0.100", "1,010", "150", "10", "0.0300", "0.0020"]
     other = next(line for line in text.splitlines() if line.startswith("| single agent (GRPO), clean"))
     assert other.count(" - ") >= 8  # nothing yet, still a row
     png = plot_curves(tmp_path / "curve.png", SMALL, configs, states)
