@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="weight dtype of the folder (default float32, as trained)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--policy", help="for a graph with several policies (lora, separate): the one to export; a lora "
+                   "policy is written as the base model with its adapter merged")
     p.set_defaults(func=_export)
 
 
@@ -32,7 +34,8 @@ def _export(args: argparse.Namespace) -> int:
     from matpo_graph.train.export import ExportError, export_model
 
     try:
-        out = export_model(args.run_dir, args.out, step=args.step, dtype=args.dtype, overwrite=args.overwrite)
+        out = export_model(args.run_dir, args.out, step=args.step, dtype=args.dtype, overwrite=args.overwrite,
+                           policy=args.policy)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

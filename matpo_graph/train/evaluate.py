@@ -15,28 +15,34 @@ from matpo_graph.train.rollout_metrics import rollout_metrics
 __all__ = ["evaluate_cli", "run_evaluation"]
 
 
-def _run_folder_model(run_dir: Path, cfg: TrainConfig, step: int | None = None) -> tuple[Path, dict[str, Any] | None]:
-    """(engine start folder, a checkpoint's weights with LoRA merged, or None) for a run folder.
+def _run_folder_model(run_dir: Path, cfg: TrainConfig, step: int | None = None) -> tuple[Path, Any]:
+    """(engine start folder, what to serve) for a run folder: a checkpoint's weights with LoRA merged (a state
+    dict), None (the start folder itself), or, for a graph with several policies, a
+    :class:`~matpo_graph.train.policy_export.PerRolePolicies` that serves each of them.
 
     `step` None takes the latest checkpoint, 0 the model RL started from (its warm-up), N the checkpoint of step N.
     """
     from matpo_graph.train.export import checkpoint_base, merged_state_dict
+    from matpo_graph.train.policy_export import PerRolePolicies, is_per_role_run
 
+    if is_per_role_run(run_dir):
+        return checkpoint_base(run_dir), PerRolePolicies(run_dir, step=step)
     if step == 0:
         return checkpoint_base(run_dir), None
     return checkpoint_base(run_dir), merged_state_dict(run_dir, step=step)
 
 
 def run_evaluation(
-    program: Any, plan: Any, cfg: TrainConfig, *, model_dir: Path, weights: Path | dict[str, Any] | None, n: int,
-    samples: int,
+    program: Any, plan: Any, cfg: TrainConfig, *, model_dir: Path, weights: Any, n: int, samples: int,
 ) -> tuple[dict[str, float], list[Any]]:
-    """Evaluate and return (metrics, all evaluated trees); `weights` (a safetensors file or a state dict in the
-    model's own names) are loaded into the engine first."""
+    """Evaluate and return (metrics, all evaluated trees). `weights` are served first: a safetensors file or a
+    state dict in the model's own names, or anything with ``serve(session)`` (a run's several policies)."""
     from matpo_graph.train.session import RolloutSession
 
     with RolloutSession(program, cfg, model_dir=model_dir, plan=plan) as session:
-        if weights is not None:
+        if hasattr(weights, "serve"):
+            weights.serve(session)
+        elif weights is not None:
             if isinstance(weights, Path):
                 from safetensors.torch import load_file
 
@@ -97,6 +103,10 @@ def evaluate_cli(args: argparse.Namespace) -> int:
             model_dir, weights = _run_folder_model(target, cfg, getattr(args, "step", None))
         except ExportError as exc:
             print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if hasattr(weights, "serve") and weights.program.policies != program.policies:
+            print(f"error: {target} trains the policies of its own graph; --graph {args.graph} declares other ones "
+                  "(evaluate with the run's graph)", file=sys.stderr)
             return 2
     elif getattr(args, "step", None) is not None:
         print("error: --step needs a run folder", file=sys.stderr)

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["ExportError", "checkpoint_base", "export_model", "merged_state_dict"]
+__all__ = ["ExportError", "checkpoint_base", "export_model", "merged_state_dict", "pick_checkpoint", "train_config"]
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 _MARKER = "matpo_graph_export.json"
@@ -25,7 +25,8 @@ class ExportError(RuntimeError):
     """The run folder has nothing to export, or its checkpoint does not fit the model it names."""
 
 
-def _train_config(run_dir: Path) -> dict[str, Any]:
+def train_config(run_dir: Path) -> dict[str, Any]:
+    """The run's saved settings (train_config.json)."""
     path = run_dir / "train_config.json"
     if not path.is_file():
         raise ExportError(f"{run_dir}: not a run folder (no train_config.json)")
@@ -39,10 +40,11 @@ def checkpoint_base(run_dir: Path) -> Path:
     sft = run_dir / "sft" / "model"
     if (sft / "config.json").is_file():
         return sft
-    return resolve_model(_train_config(run_dir).get("model") or None)
+    return resolve_model(train_config(run_dir).get("model") or None)
 
 
-def _pick_checkpoint(run_dir: Path, step: int | None) -> Path | None:
+def pick_checkpoint(run_dir: Path, step: int | None) -> Path | None:
+    """The checkpoint of `step` (None: the latest; None is returned when the run has none yet)."""
     from matpo_graph.train.checkpoint import latest_checkpoint
 
     if step is None:
@@ -83,8 +85,8 @@ def _refuse_per_role_policies(weights: dict[str, Any], ckpt: Path) -> None:
     folder cannot hold them, and merging one adapter would silently pick one role's weights for all."""
     if any("::" in k for k in weights):
         policies = sorted({k.split("::", 1)[0] for k in weights if "::" in k})
-        raise ExportError(f"{ckpt} holds several per-role policies ({', '.join(policies)}); exporting or evaluating it as "
-                          "one model is not supported: the adapters are saved under the run's adapters/ folder")
+        raise ExportError(f"{ckpt} holds several policies ({', '.join(policies)}), one model folder holds one: "
+                          "export one with --policy NAME")
 
 
 def merged_state_dict(run_dir: Path, *, step: int | None = None) -> dict[str, Any] | None:
@@ -92,14 +94,14 @@ def merged_state_dict(run_dir: Path, *, step: int | None = None) -> dict[str, An
     from safetensors.torch import load_file
 
     run_dir = Path(run_dir)
-    ckpt = _pick_checkpoint(run_dir, step)
+    ckpt = pick_checkpoint(run_dir, step)
     if ckpt is None:
         return None
     weights = load_file(str(ckpt / "model.safetensors"))
     _refuse_per_role_policies(weights, ckpt)
     if not any("lora_" in k for k in weights):
         return weights
-    model = _load_merged(checkpoint_base(run_dir), weights, int(_train_config(run_dir).get("lora_rank") or 0))
+    model = _load_merged(checkpoint_base(run_dir), weights, int(train_config(run_dir).get("lora_rank") or 0))
     state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     if "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
@@ -107,27 +109,44 @@ def merged_state_dict(run_dir: Path, *, step: int | None = None) -> dict[str, An
 
 
 def export_model(run_dir: Path, out_dir: Path, *, step: int | None = None, dtype: Dtype = "float32",
-                 overwrite: bool = False) -> Path:
+                 overwrite: bool = False, policy: str | None = None) -> Path:
     """Write RUN_DIR's policy (the latest checkpoint, or `step`) as a HF model folder; returns it.
 
-    A run without RL checkpoints exports its warm-up model. LoRA is merged.
+    A run without RL checkpoints exports its warm-up model. LoRA is merged. A run whose graph declares
+    several policies (lora, separate) exports the one named by `policy`.
 
     Raises:
         ExportError: not a run folder, nothing to export, a checkpoint that does not fit its base model,
-            or `out_dir` exists and is not empty (without `overwrite`).
+            `out_dir` exists and is not empty (without `overwrite`), a per-role run without `policy` (or
+            `policy` given for a run with one policy, or naming none of its policies).
     """
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer
+
+    from matpo_graph.train.policy_export import PerRolePolicies, is_per_role_run, policy_names
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    cfg = _train_config(run_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not overwrite:
-            raise ExportError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
-        shutil.rmtree(out_dir)
+    cfg = train_config(run_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise ExportError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
     base = checkpoint_base(run_dir)
-    ckpt = _pick_checkpoint(run_dir, step)
+    if is_per_role_run(run_dir):
+        names = policy_names(run_dir)
+        policy = names[0] if policy is None and len(names) == 1 else policy
+        if policy is None or policy not in names:
+            got = "" if policy is None else f"no policy {policy!r}; "
+            raise ExportError(f"{run_dir}: {got}its graph has several policies ({', '.join(names)}) and a model folder "
+                              "holds one: pass --policy NAME")
+        policies = PerRolePolicies(run_dir, step=step)
+        model = policies.hf_model(policy)
+        ckpt = policies.checkpoint
+        source = {"checkpoint": ckpt.name if ckpt else None, "step": policies.step, "policy": policy}
+        return _write_folder(model, policies.model_dir(policy), out_dir, dtype, run_dir=run_dir,
+                             info={"base_model": str(policies.model_dir(policy)), "lora_merged": policy in policies.policies.lora_specs,
+                                   **source})
+    if policy is not None:
+        raise ExportError(f"{run_dir} trains one policy; --policy is for graphs that declare several")
+    ckpt = pick_checkpoint(run_dir, step)
     if ckpt is None and base != run_dir / "sft" / "model":
         raise ExportError(f"{run_dir}: no checkpoint yet and no warm-up model; nothing trained to export")
     if ckpt is not None:
@@ -141,17 +160,25 @@ def export_model(run_dir: Path, out_dir: Path, *, step: int | None = None, dtype
 
         model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
         source = {"checkpoint": None, "step": 0}
+    return _write_folder(model, base, out_dir, dtype, run_dir=run_dir,
+                         info={"base_model": str(base), "lora_merged": bool(cfg.get("lora_rank")), **source})
+
+
+def _write_folder(model: Any, tokenizer_dir: Path, out_dir: Path, dtype: Dtype, *, run_dir: Path,
+                  info: dict[str, Any]) -> Path:
+    """Save `model` with the tokenizer of `tokenizer_dir` and the provenance marker, atomically (tmp, rename)."""
+    import torch
+    from transformers import AutoTokenizer
+
     model = model.to(getattr(torch, dtype))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(f".{out_dir.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     model.save_pretrained(str(tmp), safe_serialization=True)
-    AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(tmp))
-    (tmp / _MARKER).write_text(json.dumps({
-        "run": str(run_dir.resolve()), "base_model": str(base), "lora_merged": bool(cfg.get("lora_rank")),
-        "dtype": dtype, **source}, indent=2))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    if out_dir.exists():
-        out_dir.rmdir()
+    AutoTokenizer.from_pretrained(str(tokenizer_dir)).save_pretrained(str(tmp))
+    (tmp / _MARKER).write_text(json.dumps({"run": str(run_dir.resolve()), "dtype": dtype, **info}, indent=2))
+    if out_dir.exists():  # empty, or replaced on request (checked before anything was computed)
+        shutil.rmtree(out_dir)
     tmp.rename(out_dir)
     return out_dir

@@ -101,6 +101,26 @@ def test_policy_engine_lora_policies_train_sync_and_resume(tmp_path: Path, monke
     ckpt2 = load_file(str(run / "checkpoints" / "step_000002" / "model.safetensors"))
     assert any(not torch.equal(ckpt1[k], ckpt2[k]) for k in plan_b), "the resumed step did not train the adapter"
 
+    # the run folder evaluates and exports per policy: a fresh engine serves the checkpoint's adapters as the
+    # trainer computes them, and the exported planner policy (base + its adapter merged) computes the same
+    from matpo_graph.train.evaluate import _run_folder_model
+    from matpo_graph.train.export import export_model
+    from matpo_graph.train.session import RolloutSession
+    from transformers import AutoModelForCausalLM
+
+    ids = [1, 504, 3622, 314, 260, 2369, 282, 4649, 47, 2]
+    base_dir, policies = _run_folder_model(run, _cfg(2))
+    expected = policies.policies.sequence_logprobs("plan_lora", ids)
+    with RolloutSession(program, _cfg(0), model_dir=base_dir, plan=plan) as session:
+        policies.serve(session)
+        served = session.policy_logprobs("plan_lora", ids)
+    assert served is not None and max(abs(a - b) for a, b in zip(served, expected, strict=True)) < 2e-3
+    out = export_model(run, tmp_path / "plan_export", policy="plan_lora")
+    hf = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    with torch.no_grad():
+        logp = torch.log_softmax(hf(input_ids=torch.tensor([ids])).logits[0], dim=-1)
+    assert max(abs(float(logp[i, ids[i + 1]]) - expected[i]) for i in range(len(ids) - 1)) < 1e-4
+
 
 def test_policy_engine_all_shared_graph_is_todays_path_bit_for_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The default graph, and the same graph with every role bound to a declared shared policy: same trees from
