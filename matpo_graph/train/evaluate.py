@@ -23,9 +23,9 @@ def _run_folder_model(run_dir: Path, cfg: TrainConfig, step: int | None = None) 
     `step` None takes the latest checkpoint, 0 the model RL started from (its warm-up), N the checkpoint of step N.
     """
     from matpo_graph.train.export import checkpoint_base, merged_state_dict
-    from matpo_graph.train.policy_export import PerRolePolicies, is_per_role_run
+    from matpo_graph.train.policy_export import PerRolePolicies, run_policies
 
-    if is_per_role_run(run_dir):
+    if run_policies(run_dir) is not None:
         return checkpoint_base(run_dir), PerRolePolicies(run_dir, step=step)
     if step == 0:
         return checkpoint_base(run_dir), None

@@ -123,15 +123,15 @@ def export_model(run_dir: Path, out_dir: Path, *, step: int | None = None, dtype
     import torch
     from safetensors.torch import load_file
 
-    from matpo_graph.train.policy_export import PerRolePolicies, is_per_role_run, policy_names
+    from matpo_graph.train.policy_export import PerRolePolicies, run_policies
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     cfg = train_config(run_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise ExportError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
     base = checkpoint_base(run_dir)
-    if is_per_role_run(run_dir):
-        names = policy_names(run_dir)
+    names = run_policies(run_dir)
+    if names is not None:
         policy = names[0] if policy is None and len(names) == 1 else policy
         if policy is None or policy not in names:
             got = "" if policy is None else f"no policy {policy!r}; "
@@ -140,10 +140,10 @@ def export_model(run_dir: Path, out_dir: Path, *, step: int | None = None, dtype
         policies = PerRolePolicies(run_dir, step=step)
         model = policies.hf_model(policy)
         ckpt = policies.checkpoint
-        source = {"checkpoint": ckpt.name if ckpt else None, "step": policies.step, "policy": policy}
-        return _write_folder(model, policies.model_dir(policy), out_dir, dtype, run_dir=run_dir,
-                             info={"base_model": str(policies.model_dir(policy)), "lora_merged": policy in policies.policies.lora_specs,
-                                   **source})
+        start = policies.model_dir(policy)
+        info = {"base_model": str(start), "lora_merged": policy in policies.policies.lora_specs, "policy": policy,
+                "checkpoint": ckpt.name if ckpt else None, "step": policies.step}
+        return _write_folder(model, start, out_dir, dtype, run_dir=run_dir, info=info)
     if policy is not None:
         raise ExportError(f"{run_dir} trains one policy; --policy is for graphs that declare several")
     ckpt = pick_checkpoint(run_dir, step)

@@ -15,35 +15,29 @@ from typing import Any
 
 from matpo_graph.train.export import ExportError, checkpoint_base, pick_checkpoint, train_config
 
-__all__ = ["PerRolePolicies", "is_per_role_run", "policy_names"]
+__all__ = ["PerRolePolicies", "run_policies"]
 
 
-def is_per_role_run(run_dir: Path) -> bool:
-    """Whether the run's compiled graph binds a role to a lora or separate policy (its checkpoints hold several
-    models or adapters, ``<policy>::<key>``)."""
-    from matpo_graph.compilers.local import load_program
-    from matpo_graph.core.policies import uses_per_role_policies
-
-    run_dir = Path(run_dir)
-    return (run_dir / "program.json").is_file() and uses_per_role_policies(load_program(run_dir)[0])
-
-
-def policy_names(run_dir: Path) -> list[str]:
-    """The policies the run's roles are bound to, the shared one first; one name for a run of one policy
-    (and for a folder without a compiled graph, which can only be one)."""
-    from matpo_graph.compilers.local import load_program
-    from matpo_graph.core.policies import uses_per_role_policies
+def _bound_names(program: Any) -> list[str]:
+    """The policies the program's roles are bound to, the shared one first."""
     from matpo_graph.train.policy_set import shared_policy_name
+
+    shared = shared_policy_name(program)
+    bound = list(dict.fromkeys(program.role_policies().values()))
+    return [shared] * (shared in bound) + [n for n in bound if n != shared]
+
+
+def run_policies(run_dir: Path) -> list[str] | None:
+    """The policies of a run whose graph binds a role to a lora or separate policy (its checkpoints hold several
+    models or adapters, ``<policy>::<key>``), the shared one first; None for a run of the one shared policy."""
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.core.policies import uses_per_role_policies
 
     run_dir = Path(run_dir)
     if not (run_dir / "program.json").is_file():
-        return ["shared"]
+        return None
     program, _ = load_program(run_dir)
-    shared = shared_policy_name(program)
-    if not uses_per_role_policies(program):
-        return [shared]
-    bound = list(dict.fromkeys(program.role_policies().values()))
-    return [shared] * (shared in bound) + [n for n in bound if n != shared]
+    return _bound_names(program) if uses_per_role_policies(program) else None
 
 
 class PerRolePolicies:
@@ -77,7 +71,7 @@ class PerRolePolicies:
     @property
     def names(self) -> list[str]:
         """Every policy a role is bound to, the shared one first."""
-        return policy_names(self.run_dir)
+        return _bound_names(self.program)
 
     def model_dir(self, name: str) -> Path:
         """The folder policy `name` started from (its tokenizer and config)."""
