@@ -31,13 +31,12 @@ from typing import Any
 import jinja2
 import networkx as nx
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import TypeAdapter, ValidationError
 
 from matpo_graph.core.errors import SpecIssue, did_you_mean
 from matpo_graph.core.program import RUNTIME_VARIABLES
 from matpo_graph.core.policies import policy_issues
+from matpo_graph.core.schemas import schema_problems
 from matpo_graph.core.spec import CreditSpec, Edge, ExampleMessage, Graph, Limits, PolicySpec, RewardSpec, Role, TemplateRef, ToolSpec
 from matpo_graph.core.template_limits import RENDER_SECONDS, TemplateLimitError
 from matpo_graph.core.templates import TemplateIncludeError, read_inside, render, resolve_template, undeclared_variables
@@ -303,11 +302,10 @@ def _schema_issues(g: Partial) -> list[SpecIssue]:
     targets: list[tuple[Loc, dict[str, Any]]] = [(("tools", n, "parameters"), t.parameters) for n, t in g.tools.items() if t is not None]
     targets += [(("edges", i, "parameters"), e.parameters) for i, e in g.valid_edges()]
     for loc, schema in targets:
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            where = (*loc, *exc.path)
-            out.append(SpecIssue.at("invalid-json-schema", where, f"not a valid JSON Schema: {exc.message}", "see https://json-schema.org/draft/2020-12"))
+        problems = schema_problems(schema)
+        for where, message in problems:
+            out.append(SpecIssue.at("invalid-json-schema", (*loc, *where), message, "see https://json-schema.org/draft/2020-12"))
+        if problems:
             continue
         if schema.get("type") != "object":
             out.append(

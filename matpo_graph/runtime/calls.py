@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from matpo_graph.core.program import CallableView, RoleProgram
+from matpo_graph.core.schemas import SchemaProblem, make_validator
 from matpo_graph.core.toolcalls import ParsedCall
 from matpo_graph.tools.base import Tool, ToolResult
 
@@ -41,13 +41,10 @@ class RoleValidators:
         self.role = role
         self._validators: dict[str, Draft202012Validator] = {}
         for c in role.callables:
-            try:
-                Draft202012Validator.check_schema(c.parameters)
-            except SchemaError as exc:
-                raise ValueError(
-                    f"role {role.name!r}: callable {c.name!r} has an invalid parameter schema: {exc.message}"
-                ) from exc
-            self._validators[c.name] = Draft202012Validator(c.parameters)
+            try:  # local references only, and an empty registry: argument checks never fetch anything
+                self._validators[c.name] = make_validator(c.parameters)
+            except SchemaProblem as exc:
+                raise ValueError(f"role {role.name!r}: callable {c.name!r} has an invalid parameter schema: {exc}") from exc
 
     def errors(self, name: str, arguments: dict[str, Any]) -> list[str]:
         found = sorted(self._validators[name].iter_errors(arguments), key=lambda e: list(e.absolute_path))

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-import jsonschema
 
+from matpo_graph.core.schemas import SchemaProblem, make_validator
 from matpo_graph.core.spec import ToolSpec
 from matpo_graph.retry import RetryableError, RetryExhausted, RetryPolicy, parse_retry_after, retry_async
 from matpo_graph.tools.base import ToolResult
@@ -88,11 +88,10 @@ class BaseTool:
         self.metrics = metrics if metrics is not None else ToolMetrics()
         use_cache = bool(self.config.get("cache", self.cache_by_default))
         self.cache = cache if (cache is not None and cache.mode != "off" and use_cache) else None
-        try:
-            jsonschema.Draft202012Validator.check_schema(spec.parameters)
-        except jsonschema.SchemaError as exc:
-            raise ToolConfigError(f"tool {name!r}: parameters are not a valid JSON Schema: {exc.message}") from None
-        self._validator = jsonschema.Draft202012Validator(spec.parameters)
+        try:  # local references only, and an empty registry: argument checks never fetch anything
+            self._validator = make_validator(spec.parameters)
+        except SchemaProblem as exc:
+            raise ToolConfigError(f"tool {name!r}: parameters: {exc}") from None
         self.backoff_s = float(self.config.get("backoff_s", 0.5))
         self.max_backoff_s = float(self.config.get("max_backoff_s", 8.0))
         self.max_retry_after_s = float(self.config.get("max_retry_after_s", 30.0))
