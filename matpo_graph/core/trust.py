@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import ipaddress
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -35,6 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from matpo_graph.core.addresses import canonical_host, host_problem, http_url_problem, parse_ip
 
 __all__ = [
     "BUILTIN_CODE",
@@ -48,6 +49,7 @@ __all__ = [
     "active_policy_override",
     "active_trust",
     "import_trusted",
+    "code_ref_problem",
     "is_code_ref",
     "literal_host_problem",
     "set_active_trust",
@@ -78,11 +80,21 @@ class UntrustedCodeError(ValueError):
 
 
 def is_code_ref(value: object) -> bool:
-    """True for strings of the form 'package.module:function'."""
+    """True for strings of the form 'package.module:function': every part an identifier (so
+    'os..path:join', 'os.:system' and 'pkg.1sub:run' are not code references but invalid ones)."""
     if not isinstance(value, str):
         return False
     module, sep, attr = value.partition(":")
     return bool(sep) and attr.isidentifier() and all(p.isidentifier() for p in module.split("."))
+
+
+def code_ref_problem(value: object, builtins: Iterable[str] = ()) -> str | None:
+    """For a field that names code or one of `builtins`: None when it does, else why it is invalid."""
+    if isinstance(value, str) and (value in builtins or is_code_ref(value)):
+        return None
+    names = ", ".join(builtins)
+    return (f"{value!r} is not a valid code reference: write 'package.module:function', every part a Python identifier"
+            + (f" (or one of {names})" if names else ""))
 
 
 @dataclass(frozen=True)
@@ -226,12 +238,12 @@ class TrustPolicy:
 
     # -- addresses ----------------------------------------------------------------------------------
     def host_allowed(self, host: str, port: int | None) -> bool:
-        """Whether the user allowed this non-public host (entries 'host' or 'host:port'); port None
-        asks for any port, which only a 'host' entry allows."""
-        host = host.lower().rstrip(".").strip("[]")
+        """Whether the user allowed this non-public host (entries 'host' or 'host:port'; an address
+        matches in any spelling); port None asks for any port, which only a 'host' entry allows."""
+        host = canonical_host(host)
         for entry in self.allow_hosts:
             h, p = split_host_entry(entry)
-            if h == host and (p is None or (port is not None and p == port)):
+            if h and h == host and (p is None or (port is not None and p == port)):
                 return True
         return False
 
@@ -248,32 +260,35 @@ class TrustPolicy:
 
 
 def split_host_entry(entry: str) -> tuple[str, int | None]:
-    """'host', 'host:port', '[v6]:port' or a URL -> (lower-case host, port or None)."""
+    """'host', 'host:port', '[v6]:port' or a URL -> (canonical host, port or None for any port);
+    ("", None), which matches nothing, when the entry cannot be read. A URL without a port stands
+    for its scheme's port. Hosts are compared in :func:`~matpo_graph.core.addresses.canonical_host` form."""
     e = entry.strip().lower()
     if "://" in e:
         try:
             parts = urlsplit(e)
-            return (parts.hostname or "").rstrip("."), parts.port
+            port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+            return canonical_host(parts.hostname or ""), port
         except ValueError:
             return "", None
     if e.startswith("["):
         h, _, rest = e[1:].partition("]")
-        p = rest[1:] if rest.startswith(":") else ""
+        p = rest[1:] if rest.startswith(":") else ("" if not rest else "?")
     elif e.count(":") == 1:
         h, _, p = e.partition(":")
     else:
         h, p = e, ""
-    return h.rstrip("."), int(p) if p.isdigit() else None
+    if p and not p.isdigit():
+        return "", None
+    return canonical_host(h), int(p) if p else None
 
 
 def _is_loopback(host: str) -> bool:
     """A loopback literal: plain http to it never leaves the machine (a local server the user runs)."""
     if host == "localhost":
         return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    ip = parse_ip(host)
+    return ip is not None and ip.is_loopback
 
 
 def _display_origin(endpoint: str) -> str:
@@ -349,33 +364,20 @@ def import_trusted(ref: str, *, trust: TrustPolicy | None = None, what: str = "c
     return fn
 
 
-_METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "metadata.goog", "instance-data"})
-
-
 def literal_host_problem(url: str, policy: TrustPolicy) -> str | None:
-    """A static check for validation: an endpoint whose host is a non-public IP literal, 'localhost'
-    or a metadata name is refused unless the user allowed it (names are resolved at call time)."""
-    try:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower().rstrip(".")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return f"{url!r} is not a URL"
-    if not host:
-        return f"{url!r} has no host"
+    """A static check for validation, with the runtime guard's classification
+    (:func:`~matpo_graph.core.addresses.host_problem`): an endpoint whose host is a non-public address
+    in any spelling, 'localhost' or a metadata name is refused unless the user allowed it (other
+    names are resolved at call time)."""
+    problem = http_url_problem(url)
+    if problem:
+        return problem
+    parts = urlsplit(url.strip())
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    host = parts.hostname or ""
     if policy.host_allowed(host, port):
         return None
-    if host in _METADATA_HOSTS:
-        return f"{host} is a cloud metadata host"
-    if host == "localhost" or host.endswith(".localhost"):
-        return f"{host} is a loopback address"
-    try:
-        addr = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    if addr.is_global and not addr.is_multicast:
-        return None
-    return f"{host} is not a public address"
+    return host_problem(host)
 
 
 def grants_from(texts: Iterable[str]) -> tuple[SecretGrant, ...]:

@@ -1,7 +1,8 @@
 """Where a tool may go: URL blocklists and the scrape SSRF guard (checked on the resolved address).
 
 The model chooses scrape URLs, so a URL is only fetched when every address its host resolves to is a
-public unicast address, unless the host (or host:port) is explicitly allowed. The guard is applied
+public unicast address, unless the host (or host:port) is explicitly allowed. Addresses are classified
+by :mod:`matpo_graph.core.addresses`, the same rules ``validate`` applies. The guard is applied
 before each request, again on every redirect hop, and once more inside the connection itself
 (:mod:`matpo_graph.tools.transport`), so a name that re-resolves to a private address is still refused.
 """
@@ -9,10 +10,12 @@ before each request, again on every redirect hop, and once more inside the conne
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
+
+from matpo_graph.core.addresses import METADATA_HOSTS, address_problem, canonical_host, parse_ip
+from matpo_graph.core.trust import split_host_entry
 
 __all__ = [
     "DEFAULT_BLOCKLIST",
@@ -25,10 +28,6 @@ __all__ = [
 ]
 
 DEFAULT_BLOCKLIST: tuple[str, ...] = ("huggingface.co/datasets", "huggingface.co/spaces")
-
-# Cloud metadata endpoints reachable by name; their addresses are also covered by the IP rules.
-_METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "metadata.goog", "instance-data"})
-_METADATA_IPS = frozenset({"169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254"})
 
 Resolver = Callable[[str], Awaitable[Sequence[str]]]
 """Maps a host name to the IP addresses a connection could use. Tests plug in a static table."""
@@ -56,36 +55,6 @@ def static_resolver(table: Mapping[str, Sequence[str]], *, fallback: Resolver | 
         raise OSError(f"cannot resolve {host!r}")
 
     return resolve
-
-
-def address_problem(ip: str) -> str | None:
-    """Why `ip` must not be contacted (e.g. 'loopback address'), or None for a public unicast address."""
-    try:
-        addr = ipaddress.ip_address(ip)
-    except ValueError:
-        return "unparsable address"
-    if isinstance(addr, ipaddress.IPv6Address):
-        mapped = addr.ipv4_mapped or addr.sixtofour
-        if mapped is not None:
-            return address_problem(str(mapped))
-        if addr.teredo is not None:
-            return "tunnelled address"
-    if str(addr) in _METADATA_IPS:
-        return "cloud metadata address"
-    checks = (
-        ("is_loopback", "loopback address"),
-        ("is_link_local", "link-local address"),
-        ("is_multicast", "multicast address"),
-        ("is_unspecified", "unspecified address"),
-        ("is_private", "private address"),
-        ("is_reserved", "reserved address"),
-    )
-    for attr, reason in checks:
-        if getattr(addr, attr):
-            return reason
-    if not addr.is_global:
-        return "non-public address"
-    return None
 
 
 def _host_port(url: str) -> tuple[str, int | None]:
@@ -116,28 +85,18 @@ class AddressGuard:
         self.resolver: Resolver = resolver or system_resolver
 
     def allow(self, entry: str) -> None:
-        """Add an allowed 'host' or 'host:port' (a full URL is accepted too)."""
-        entry = entry.strip().lower()
-        if "://" in entry:
-            host, port = _host_port(entry)
-            if host:
-                self._with_port.add((host, port or 0))
+        """Add an allowed 'host' or 'host:port' (a full URL is accepted too), read as the trust policy
+        reads it (:func:`~matpo_graph.core.trust.split_host_entry`)."""
+        host, port = split_host_entry(entry)
+        if not host:
             return
-        if entry.startswith("["):
-            host, _, rest = entry[1:].partition("]")
-            if rest.startswith(":") and rest[1:].isdigit():
-                self._with_port.add((host, int(rest[1:])))
-            else:
-                self._any_port.add(host)
-            return
-        host, sep, port = entry.rpartition(":")
-        if sep and port.isdigit() and host.count(":") == 0:
-            self._with_port.add((host.rstrip("."), int(port)))
+        if port is None:
+            self._any_port.add(host)
         else:
-            self._any_port.add(entry.rstrip("."))
+            self._with_port.add((host, port))
 
     def is_allowed(self, host: str, port: int | None) -> bool:
-        host = host.lower().rstrip(".").strip("[]")
+        host = canonical_host(host)
         return host in self._any_port or (host, port or 0) in self._with_port
 
     async def check_host(self, host: str, port: int | None) -> tuple[str | None, list[str]]:
@@ -147,11 +106,12 @@ class AddressGuard:
             return "URL has no host", []
         if self.is_allowed(host, port):
             return None, []
-        if host in _METADATA_HOSTS:
+        if host in METADATA_HOSTS:
             return f"{host} is a cloud metadata host", []
-        try:
-            ips = [str(ipaddress.ip_address(host))]
-        except ValueError:
+        literal = parse_ip(host)  # in any spelling the system resolver reads as an address
+        if literal is not None:
+            ips = [str(literal)]
+        else:
             try:
                 ips = list(await self.resolver(host))
             except (OSError, UnicodeError) as exc:
