@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from matpo_graph.core.addresses import http_url_problem
 from matpo_graph.core.program import CreditPlan
 from matpo_graph.core.reward import LOCAL_SCORERS, final_answer, score_answer, score_tree, with_reward
 from matpo_graph.core.rollout import RewardBreakdown, RolloutTree
@@ -164,8 +165,9 @@ class LLMJudge:
         policy = trust if trust is not None else active_trust()
         self.guard = AddressGuard(policy.allow_hosts, resolver=resolver)
         self._refusal: str | None = None
-        if not config.endpoint.startswith(("http://", "https://")):
-            self._refusal = f"refused: the judge endpoint must be an http(s) URL, got {config.endpoint!r}"
+        invalid = http_url_problem(config.endpoint)  # the check validate applies
+        if invalid:
+            self._refusal = f"refused: the judge endpoint {invalid}"
         elif config.api_key_env:
             problem = policy.secret_problem(config.api_key_env, config.url)
             self._refusal = f"refused: {problem}" if problem else None

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from matpo_graph.core.trust import is_code_ref
+
 __all__ = [
     "AccuracySpec",
     "BUILTIN_SCORERS",
@@ -154,7 +156,7 @@ class ToolSpec(_Strict):
     def _python_needs_function(self) -> "ToolSpec":
         if self.backend == "python":
             fn = self.config.get("function")
-            if not isinstance(fn, str) or not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", fn):
+            if not is_code_ref(fn):
                 raise ValueError("a python tool needs config.function of the form 'package.module:function'")
         return self
 
@@ -209,7 +211,7 @@ class AccuracySpec(_Strict):
     @field_validator("scorer")
     @classmethod
     def _known_scorer(cls, v: str) -> str:
-        if v in BUILTIN_SCORERS or re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
+        if v in BUILTIN_SCORERS or is_code_ref(v):
             return v
         raise ValueError(f"unknown scorer {v!r}: use {', '.join(BUILTIN_SCORERS)} or a custom 'module:function'")
 
@@ -275,7 +277,7 @@ class CreditSpec(_Strict):
     def _known_or_import_path(cls, v: str) -> str:
         if v in ("broadcast", "root_only", "role_normalized"):
             return v
-        if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", v):
+        if is_code_ref(v):
             return v
         raise ValueError(f"unknown credit strategy {v!r}: use broadcast, root_only, role_normalized or 'module:function'")
 

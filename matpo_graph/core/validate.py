@@ -37,10 +37,12 @@ from matpo_graph.core.errors import SpecIssue, did_you_mean
 from matpo_graph.core.program import RUNTIME_VARIABLES
 from matpo_graph.core.policies import policy_issues
 from matpo_graph.core.schemas import schema_problems
-from matpo_graph.core.spec import CreditSpec, Edge, ExampleMessage, Graph, Limits, PolicySpec, RewardSpec, Role, TemplateRef, ToolSpec
+from matpo_graph.core.spec import BUILTIN_SCORERS, CreditSpec, Edge, ExampleMessage, Graph, Limits, PolicySpec, RewardSpec, Role, TemplateRef, ToolSpec
 from matpo_graph.core.template_limits import RENDER_SECONDS, TemplateLimitError
 from matpo_graph.core.templates import TemplateIncludeError, read_inside, render, resolve_template, undeclared_variables
-from matpo_graph.core.trust import TrustPolicy, active_trust, is_code_ref, literal_host_problem
+from matpo_graph.core.addresses import http_url_problem
+from matpo_graph.core.toolconfig import ToolConfigProblem, parse_tool_config
+from matpo_graph.core.trust import TrustPolicy, active_trust, code_ref_problem, literal_host_problem
 
 __all__ = ["Partial", "ExampleError", "load_examples", "sample_variables", "semantic_issues", "trust_issues", "validate_examples"]
 
@@ -107,14 +109,21 @@ def semantic_issues(g: Partial, base_dir: Path | None, *, trust: TrustPolicy | N
 
 
 def trust_issues(g: Partial, trust: TrustPolicy) -> list[SpecIssue]:
-    """Code, secrets and endpoints the graph names that the user's policy does not allow."""
+    """Code, secrets and endpoints the graph names that the user's policy does not allow, and tool
+    configs the runtime could not build (read with the runtime's own parser,
+    :func:`~matpo_graph.core.toolconfig.parse_tool_config`)."""
     out: list[SpecIssue] = []
 
-    def code(loc: Loc, ref: object) -> None:
-        if is_code_ref(ref):
-            problem = trust.code_problem(str(ref))
-            if problem:
-                out.append(SpecIssue.at("untrusted-code", loc, problem))
+    def code(loc: Loc, ref: object, builtins: tuple[str, ...] = ()) -> None:
+        if isinstance(ref, str) and ref in builtins:
+            return
+        invalid = code_ref_problem(ref, builtins)
+        if invalid:
+            out.append(SpecIssue.at("invalid-value", loc, invalid))
+            return
+        problem = trust.code_problem(str(ref))
+        if problem:
+            out.append(SpecIssue.at("untrusted-code", loc, problem))
 
     def secret(loc: Loc, env_name: object, endpoint: str) -> None:
         if isinstance(env_name, str):
@@ -133,36 +142,40 @@ def trust_issues(g: Partial, trust: TrustPolicy) -> list[SpecIssue]:
     for name, tool in g.tools.items():
         if tool is None:
             continue
+        where: Loc = ("tools", name, "config")
+        try:
+            settings = parse_tool_config(tool.backend, tool.config, timeout_s=tool.timeout_s)
+        except ToolConfigProblem as exc:
+            out.append(SpecIssue.at("invalid-value", (*where, *exc.key), str(exc)))
+            continue
         if tool.backend == "python":
-            code(("tools", name, "config", "function"), tool.config.get("function"))
+            code((*where, "function"), settings["function"])
         elif tool.backend == "scrape":
             hosts = tool.config.get("allow_hosts", [])
-            for i, entry in enumerate([hosts] if isinstance(hosts, str) else hosts if isinstance(hosts, list) else []):
-                problem = trust.host_entry_problem(entry) if isinstance(entry, str) else None
+            for i, entry in enumerate(settings["allow_hosts"]):
+                problem = trust.host_entry_problem(entry)
                 if problem:
-                    out.append(SpecIssue.at("unsafe-endpoint", ("tools", name, "config", "allow_hosts", *(() if isinstance(hosts, str) else (i,))), problem))
+                    out.append(SpecIssue.at("unsafe-endpoint", (*where, "allow_hosts", *(() if isinstance(hosts, str) else (i,))), problem))
         elif tool.backend == "search":
-            endpoint = tool.config.get("endpoint", "https://google.serper.dev/search")
-            if not isinstance(endpoint, str):
-                continue
-            if endpoint != "embedded" and endpoint.startswith(("http://", "https://")):
-                address(("tools", name, "config", "endpoint"), endpoint)
-            key_loc: Loc = ("tools", name, "config", "api_key_env") if "api_key_env" in tool.config else ("tools", name, "config", "endpoint")
-            default_key = None if endpoint == "embedded" else "SERPER_API_KEY"
-            secret(key_loc, tool.config.get("api_key_env", default_key), endpoint)
-    if g.credit is not None and g.credit.strategy not in ("broadcast", "root_only", "role_normalized"):
-        code(("credit", "strategy"), g.credit.strategy)
+            endpoint = settings["endpoint"]
+            if endpoint != "embedded":
+                address((*where, "endpoint"), endpoint)
+            key_loc: Loc = (*where, "api_key_env") if "api_key_env" in tool.config else (*where, "endpoint")
+            secret(key_loc, settings["api_key_env"], endpoint)
+    if g.credit is not None:
+        code(("credit", "strategy"), g.credit.strategy, ("broadcast", "root_only", "role_normalized"))
     if g.reward is not None:
         accuracy = g.reward.accuracy
-        code(("reward", "accuracy", "scorer"), accuracy.scorer)
+        code(("reward", "accuracy", "scorer"), accuracy.scorer, BUILTIN_SCORERS)
         if accuracy.judge is not None:
             judge_loc: Loc = ("reward", "accuracy", "judge")
-            if accuracy.judge.endpoint.startswith(("http://", "https://")):
-                address((*judge_loc, "endpoint"), accuracy.judge.endpoint)
+            invalid = http_url_problem(accuracy.judge.endpoint)
+            if invalid:
+                out.append(SpecIssue.at("invalid-value", (*judge_loc, "endpoint"), f"the judge endpoint {invalid}"))
             else:
-                out.append(SpecIssue.at("invalid-value", (*judge_loc, "endpoint"), f"the judge endpoint must be an http(s) URL, got {accuracy.judge.endpoint!r}"))
-            if accuracy.judge.api_key_env is not None:
-                secret((*judge_loc, "api_key_env"), accuracy.judge.api_key_env, accuracy.judge.endpoint)
+                address((*judge_loc, "endpoint"), accuracy.judge.endpoint)
+                if accuracy.judge.api_key_env is not None:
+                    secret((*judge_loc, "api_key_env"), accuracy.judge.api_key_env, accuracy.judge.endpoint)
     return out
 
 

@@ -16,6 +16,7 @@ import httpx
 
 from matpo_graph.core.schemas import SchemaProblem, make_validator
 from matpo_graph.core.spec import ToolSpec
+from matpo_graph.core.toolconfig import ToolConfigProblem, parse_tool_config
 from matpo_graph.retry import RetryableError, RetryExhausted, RetryPolicy, parse_retry_after, retry_async
 from matpo_graph.tools.base import ToolResult
 from matpo_graph.tools.cache import ResponseCache, normalise_args
@@ -85,19 +86,23 @@ class BaseTool:
         self.name = name
         self.spec = spec
         self.config: dict[str, Any] = dict(spec.config)
+        try:  # the parser validate uses: a config that validates builds
+            self.settings: dict[str, Any] = parse_tool_config(spec.backend, self.config, timeout_s=spec.timeout_s)
+        except ToolConfigProblem as exc:
+            raise ToolConfigError(f"tool {name!r}: {exc}") from None
         self.metrics = metrics if metrics is not None else ToolMetrics()
-        use_cache = bool(self.config.get("cache", self.cache_by_default))
+        use_cache = bool(self.settings["cache"])
         self.cache = cache if (cache is not None and cache.mode != "off" and use_cache) else None
         try:  # local references only, and an empty registry: argument checks never fetch anything
             self._validator = make_validator(spec.parameters)
         except SchemaProblem as exc:
             raise ToolConfigError(f"tool {name!r}: parameters: {exc}") from None
-        self.backoff_s = float(self.config.get("backoff_s", 0.5))
-        self.max_backoff_s = float(self.config.get("max_backoff_s", 8.0))
-        self.max_retry_after_s = float(self.config.get("max_retry_after_s", 30.0))
-        self.jitter = float(self.config.get("jitter", 0.5))
+        self.backoff_s = self.settings["backoff_s"]
+        self.max_backoff_s = self.settings["max_backoff_s"]
+        self.max_retry_after_s = self.settings["max_retry_after_s"]
+        self.jitter = self.settings["jitter"]
         # All attempts and waits of one call together (a tool that keeps failing must not stall a rollout).
-        self.deadline_s = float(self.config.get("deadline_s", max(60.0, 2.0 * spec.timeout_s)))
+        self.deadline_s = self.settings["deadline_s"]
         self.sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         """How backoff waits happen (replaceable, e.g. to observe the delays chosen)."""
 

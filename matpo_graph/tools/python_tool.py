@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from matpo_graph.core.spec import ToolSpec
-from matpo_graph.core.trust import TrustPolicy, active_trust
+from matpo_graph.core.trust import TrustPolicy, active_trust, code_ref_problem
 from matpo_graph.tools.cache import ResponseCache
 from matpo_graph.tools.common import BaseTool, ToolConfigError
 from matpo_graph.tools.metrics import ToolFailure, ToolMetrics
@@ -30,9 +30,9 @@ __all__ = ["PythonTool", "import_function"]
 def import_function(path: str, *, trust: TrustPolicy | None = None) -> Callable[..., Any]:
     """Import 'package.module:function' when `trust` (default: the active policy) allows it;
     raises ToolConfigError naming what is missing or how to trust it."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
+    if code_ref_problem(path):
         raise ToolConfigError(f"python tool function must look like 'package.module:function', got {path!r}")
+    module_name, _, attr = path.partition(":")
     problem = (trust if trust is not None else active_trust()).code_problem(path)
     if problem:
         raise ToolConfigError(f"python tool: {problem}")
@@ -66,7 +66,7 @@ class PythonTool(BaseTool):
     def __init__(self, name: str, spec: ToolSpec, *, metrics: ToolMetrics | None = None,
                  cache: ResponseCache | None = None, trust: TrustPolicy | None = None) -> None:
         super().__init__(name, spec, metrics=metrics, cache=cache)
-        self.function_path = str(self.config.get("function", ""))
+        self.function_path = str(self.settings["function"])
         self.function = import_function(self.function_path, trust=trust)
         self.is_async = inspect.iscoroutinefunction(self.function)
 

@@ -55,30 +55,24 @@ class ScrapeTool(BaseTool):
                  resolver: Resolver | None = None, trust: TrustPolicy | None = None) -> None:
         super().__init__(name, spec, metrics=metrics, cache=cache)
         trust = trust if trust is not None else active_trust()
-        allow = self.config.get("allow_hosts", [])
-        if isinstance(allow, str):
-            allow = [allow]
-        if not isinstance(allow, list) or not all(isinstance(h, str) for h in allow):
-            raise ToolConfigError(f"tool {name!r}: config.allow_hosts must be a list of 'host' or 'host:port'")
+        allow = list(self.settings["allow_hosts"])  # checked by the parser validate uses
         for entry in allow:  # the graph may ask for a private host; only the user can allow it
             problem = trust.host_entry_problem(entry)
             if problem:
                 raise ToolConfigError(f"tool {name!r}: config.allow_hosts: {problem}")
         self.guard = AddressGuard([*allow, *trust.allow_hosts], resolver=resolver)
-        endpoint = self.config.get("endpoint")
+        endpoint = self.settings["endpoint"]
         if endpoint == "embedded" and not embedded_url:
             raise ToolConfigError(f"tool {name!r} uses endpoint: embedded, but no embedded web URL was given")
         self.embedded_url = embedded_url.rstrip("/") if embedded_url and endpoint in (None, "embedded") else None
         if self.embedded_url:
             self.guard.allow(self.embedded_url)
-        self.format = str(self.config.get("format", "text"))
-        if self.format not in ("text", "markdown"):
-            raise ToolConfigError(f"tool {name!r}: config.format must be 'text' or 'markdown', got {self.format!r}")
-        self.max_bytes = int(self.config.get("max_bytes", 2_000_000))
-        self.max_redirects = int(self.config.get("max_redirects", 5))
-        self.user_agent = str(self.config.get("user_agent", "matpo-graph-scraper/0.1"))
-        self.blocklist = blocklist_from_config(self.config)
-        self._client = LoopLocalClient(guard=self.guard, trust_env=bool(self.config.get("trust_env", False)))
+        self.format = self.settings["format"]
+        self.max_bytes = self.settings["max_bytes"]
+        self.max_redirects = self.settings["max_redirects"]
+        self.user_agent = self.settings["user_agent"]
+        self.blocklist = blocklist_from_config(self.settings)
+        self._client = LoopLocalClient(guard=self.guard, trust_env=self.settings["trust_env"])
 
     def _args(self, args: dict[str, Any]) -> tuple[str, str]:
         url = args.get("url", args.get("link"))

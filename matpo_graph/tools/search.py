@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from matpo_graph.core.spec import ToolSpec
+from matpo_graph.core.toolconfig import SERPER_ENDPOINT
 from matpo_graph.core.trust import TrustPolicy, active_trust
 from matpo_graph.tools.cache import ResponseCache, normalise_args
 from matpo_graph.tools.common import BaseTool, ToolConfigError, failure_for_status
@@ -27,7 +28,6 @@ from matpo_graph.tools.transport import LoopLocalClient
 
 __all__ = ["SERPER_ENDPOINT", "EMBEDDED_PLACEHOLDER", "SearchTool", "blocklist_from_config", "format_results"]
 
-SERPER_ENDPOINT = "https://google.serper.dev/search"
 EMBEDDED_PLACEHOLDER = "http://embedded-web.invalid"
 _MAX_NUM = 20
 
@@ -37,7 +37,7 @@ def blocklist_from_config(config: dict[str, Any]) -> UrlBlocklist:
     extra = config.get("blocklist") or []
     if isinstance(extra, str):
         extra = [extra]
-    if not isinstance(extra, list) or not all(isinstance(p, str) for p in extra):
+    if not isinstance(extra, (list, tuple)) or not all(isinstance(p, str) for p in extra):
         raise ToolConfigError("config.blocklist must be a list of 'host/path' patterns")
     defaults = DEFAULT_BLOCKLIST if config.get("blocklist_defaults", True) else ()
     return UrlBlocklist([*defaults, *extra])
@@ -69,36 +69,28 @@ class SearchTool(BaseTool):
                  resolver: Resolver | None = None, trust: TrustPolicy | None = None) -> None:
         super().__init__(name, spec, metrics=metrics, cache=cache)
         trust = trust if trust is not None else active_trust()
-        endpoint = str(self.config.get("endpoint", SERPER_ENDPOINT))
+        endpoint = self.settings["endpoint"]  # checked by the parser validate uses
         self.embedded = endpoint == "embedded"
         self.embedded_url = embedded_url.rstrip("/") if embedded_url else None
         if self.embedded:
             if not self.embedded_url:
                 raise ToolConfigError(f"tool {name!r} uses endpoint: embedded, but no embedded web URL was given")
             endpoint = self.embedded_url + "/search"
-        elif not endpoint.startswith(("http://", "https://")):
-            raise ToolConfigError(
-                f"tool {name!r}: config.endpoint must be an http(s) URL or 'embedded', got {endpoint!r}")
         self.endpoint = endpoint
-        key_env = self.config.get("api_key_env", None if self.embedded else "SERPER_API_KEY")
-        if key_env is not None and not isinstance(key_env, str):
-            raise ToolConfigError(f"tool {name!r}: config.api_key_env must be the NAME of an environment variable")
+        key_env = self.settings["api_key_env"]
         if key_env is not None:
             problem = trust.secret_problem(key_env, "embedded" if self.embedded else endpoint)
             if problem:
                 raise ToolConfigError(f"tool {name!r}: {problem}")
         self.api_key_env: str | None = key_env
-        self.max_bytes = int(self.config.get("max_bytes", 2_000_000))
+        self.max_bytes = self.settings["max_bytes"]
         self.guard = AddressGuard(trust.allow_hosts, resolver=resolver)
         if self.embedded_url:
             self.guard.allow(self.embedded_url)
-        self.num_results = int(self.config.get("num_results", 10))
-        params = self.config.get("params", {})
-        if not isinstance(params, dict):
-            raise ToolConfigError(f"tool {name!r}: config.params must be a mapping (e.g. {{gl: us, hl: en}})")
-        self.params: dict[str, Any] = params
-        self.blocklist = blocklist_from_config(self.config)
-        self._client = LoopLocalClient(guard=self.guard, trust_env=bool(self.config.get("trust_env", False)))
+        self.num_results = self.settings["num_results"]
+        self.params: dict[str, Any] = self.settings["params"]
+        self.blocklist = blocklist_from_config(self.settings)
+        self._client = LoopLocalClient(guard=self.guard, trust_env=self.settings["trust_env"])
 
     def secrets(self) -> list[str]:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
