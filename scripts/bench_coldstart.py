@@ -32,7 +32,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-hops", type=int, default=2)
     p.add_argument("--env-seed", type=int, default=0)
     p.add_argument("--env-entities", type=int, default=400)
-    from matpo_graph.train.config import TrainConfig
+    from matpo_graph.rl.config import TrainConfig
     warm = TrainConfig()  # the warm-up the trainer runs by default
     p.add_argument("--demos", type=int, default=warm.sft_demos)
     p.add_argument("--drills", type=int, default=warm.sft_drills, help="opening drills (first turns of every trajectory only)")
@@ -57,7 +57,7 @@ async def _measure(program: Any, plan: Any, model_dir: Path, items: list[Any], u
     from matpo_graph.runtime.policies.vllm import VLLMPolicy
     from matpo_graph.runtime.policy import SamplingParams
     from matpo_graph.tools.registry import build_tools
-    from matpo_graph.train.call_metrics import call_metrics
+    from matpo_graph.coldstart.call_metrics import call_metrics
 
     t0 = time.perf_counter()
     policy = VLLMPolicy(model_dir, kv_cache_gib=args.kv_cache_gib, seed=args.seed,
@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     from matpo_graph.core.rollout import write_trees
     from matpo_graph.env.server import serve_in_thread
     from matpo_graph.runtime.models import resolve_model
-    from matpo_graph.train.demos import pick_questions
-    from matpo_graph.train.sft import run_sft
+    from matpo_graph.coldstart.demonstrations import pick_questions
+    from matpo_graph.coldstart.sft import run_sft
 
     program, plan = load_program(args.graph)
     base = resolve_model(args.model)

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from matpo_graph.train.learning_bench import (  # noqa: E402
+from matpo_graph.bench.learning_bench import (  # noqa: E402
     CONFIGS,
     Action,
     BenchConfig,
@@ -49,7 +49,7 @@ from matpo_graph.train.learning_bench import (  # noqa: E402
     summarise_eval,
     write_eval_point,
 )
-from matpo_graph.train.learning_report import plot_curves, render_table, status_text  # noqa: E402
+from matpo_graph.bench.learning_report import plot_curves, render_table, status_text  # noqa: E402
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
@@ -157,7 +157,7 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
         os.symlink(os.path.relpath(layout.warmup(config.variant), run), link)
     noise = [f"noise={config.noise}"] if config.noise else []
     if action.kind == "train":
-        from matpo_graph.train.learning_bench import trained_step
+        from matpo_graph.bench.learning_bench import trained_step
 
         start = trained_step(run)
         seconds = _run(_cli("train", str(graph), "--out", str(run), "--steps", str(action.step), "--resume",

@@ -35,15 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _optimizer(model_dir: Path, plan, **cfg):  # type: ignore[no-untyped-def]
-    from matpo_graph.train.config import TrainConfig
-    from matpo_graph.train.optimize import PolicyOptimizer
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.update import PolicyOptimizer
 
     return PolicyOptimizer(model_dir, plan, TrainConfig(**cfg), role_temperatures={})
 
 
 def _trees(args: argparse.Namespace, program, plan, model_dir: Path):  # type: ignore[no-untyped-def]
     from matpo_graph.core.rollout import read_trees
-    from matpo_graph.train.step_fixture import demo_step, engine_logprobs, with_logprobs
+    from matpo_graph.bench.step_fixture import demo_step, engine_logprobs, with_logprobs
 
     if args.trees:
         trees = read_trees(Path(args.trees))
@@ -63,8 +63,8 @@ def _trees(args: argparse.Namespace, program, plan, model_dir: Path):  # type: i
 
 
 def _describe(trees, plan) -> None:  # type: ignore[no-untyped-def]
-    from matpo_graph.train.batch import pack_trees
-    from matpo_graph.train.forward import _build
+    from matpo_graph.rl.batch import pack_trees
+    from matpo_graph.model.forward import build_prefix_trie
 
     batch = pack_trees(trees, loss_agg=plan.loss_agg, trained_roles=plan.trained_roles)
     lengths = batch.attention_mask.sum(1).tolist()
@@ -74,7 +74,7 @@ def _describe(trees, plan) -> None:  # type: ignore[no-untyped-def]
     def count(nodes) -> int:  # type: ignore[no-untyped-def]
         return sum(n.end - n.start + count(n.children) for n in nodes)
 
-    unique = count(_build(ids, order, 0, 1))
+    unique = count(build_prefix_trie(ids, order, 0, 1))
     print(f"step: {len(ids)} rows, {int(sum(lengths))} tokens ({unique / max(1, sum(lengths)):.0%} unique in a prefix "
           f"trie), {batch.num_trained_tokens} trained, longest row {int(max(lengths))}")
 
@@ -183,9 +183,9 @@ def time_updates(trees, plan, model_dir: Path, rounds: int,  # type: ignore[no-u
 def end_to_end(program, plan, model_dir: Path, steps: int, *, label: str = "default",
                **overrides) -> list[dict]:  # type: ignore[no-untyped-def]
     """`steps` RL steps of the local trainer from `model_dir` (TrainConfig defaults plus `overrides`)."""
-    from matpo_graph.train.config import TrainConfig
-    from matpo_graph.train.session import engine_dtype
-    from matpo_graph.train.trainer import LocalTrainer
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.rollouts import engine_dtype
+    from matpo_graph.rl.trainer import LocalTrainer
 
     with tempfile.TemporaryDirectory(prefix="bench_step_") as tmp:
         cfg = TrainConfig(model=str(model_dir), steps=steps, warmstart="none", eval_questions=0, time_budget_minutes=0,

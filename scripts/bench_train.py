@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def context_comparison(n: int, seed: int) -> dict[str, dict[str, float]]:
     from matpo_graph.compilers.local import load_program
     from matpo_graph.runtime.models import resolve_model
-    from matpo_graph.train.demos import make_demos
+    from matpo_graph.coldstart.demonstrations import make_demos
 
     model_dir = resolve_model("smollm2-135m-instruct")
     out: dict[str, dict[str, float]] = {}
@@ -41,7 +41,7 @@ def context_comparison(n: int, seed: int) -> dict[str, dict[str, float]]:
 
 
 def credit_share(run_dir: Path) -> dict[str, float] | None:
-    from matpo_graph.train.report import read_rows  # shared metric names; old runs read through aliases
+    from matpo_graph.tracking.report import read_rows  # shared metric names; old runs read through aliases
 
     if not (run_dir / "metrics.jsonl").exists():
         return None

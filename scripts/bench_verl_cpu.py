@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from matpo_graph.train.report import read_metrics  # noqa: E402
+from matpo_graph.tracking.report import read_metrics  # noqa: E402
 
 
 def _run(cmd: list[str], log: Path) -> float:

@@ -48,7 +48,7 @@ def _report(run: Path) -> None:
 
 def _rows(run: Path) -> list[dict]:
     """Every metrics record of a run, in the shared (veRL) vocabulary; runs written before read through aliases."""
-    from matpo_graph.train.report import read_rows
+    from matpo_graph.tracking.report import read_rows
 
     return read_rows(run) if (run / "metrics.jsonl").exists() else []
 

@@ -66,7 +66,7 @@ def _train(variant: str, model: Path, args: argparse.Namespace) -> Path:
 
 def summarise(run: Path) -> dict[str, float]:
     """Means over the run's RL steps and its final held-out evaluation, from metrics.jsonl."""
-    from matpo_graph.train.report import read_rows
+    from matpo_graph.tracking.report import read_rows
 
     rows = read_rows(run)
     train = [r for r in rows if "matpo/reward/mean" in r]

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _export(args: argparse.Namespace) -> int:
-    from matpo_graph.train.export import ExportError, export_model
+    from matpo_graph.rl.export import ExportError, export_model
 
     try:
         out = export_model(args.run_dir, args.out, step=args.step, dtype=args.dtype, overwrite=args.overwrite,

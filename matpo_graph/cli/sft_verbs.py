@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from matpo_graph.train.config import WARMUP_DEMOS, WARMUP_DRILLS, WARMUP_EPOCHS, WARMUP_LR
+from matpo_graph.coldstart.defaults import WARMUP_DEMOS, WARMUP_DRILLS, WARMUP_EPOCHS, WARMUP_LR
 
 __all__ = ["register"]
 
@@ -80,8 +80,8 @@ def _load(graph: str) -> tuple[Any, Any] | None:
 def _sft(args: argparse.Namespace) -> int:
     from matpo_graph.core.rollout import read_trees
     from matpo_graph.runtime.models import ModelError, resolve_model
-    from matpo_graph.train.expert_plan import ExpertUnsupported
-    from matpo_graph.train.sft import run_sft
+    from matpo_graph.coldstart.expert_plan import ExpertUnsupported
+    from matpo_graph.coldstart.sft import run_sft
 
     loaded = _load(args.graph)
     if loaded is None:
@@ -114,8 +114,8 @@ def _sft(args: argparse.Namespace) -> int:
 def _demos(args: argparse.Namespace) -> int:
     from matpo_graph.core.rollout import write_trees
     from matpo_graph.runtime.models import ModelError, resolve_model
-    from matpo_graph.train.demos import make_demos
-    from matpo_graph.train.expert_plan import ExpertUnsupported
+    from matpo_graph.coldstart.demonstrations import make_demos
+    from matpo_graph.coldstart.expert_plan import ExpertUnsupported
 
     loaded = _load(args.graph)
     if loaded is None:

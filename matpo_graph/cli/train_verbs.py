@@ -117,7 +117,7 @@ def build_train_config(args: argparse.Namespace, program: Any | None = None) -> 
     import json
 
     from matpo_graph.cli.overrides import config_file_values, override_values
-    from matpo_graph.train.config import TrainConfig
+    from matpo_graph.rl.config import TrainConfig
 
     src = Path(args.graph)
     known = set(TrainConfig.model_fields)
@@ -171,7 +171,7 @@ def _train(args: argparse.Namespace) -> int:
         print("note: an openai:URL policy samples from a server that does not receive the trained weights; "
               "rollouts stay off-policy unless you update that server yourself", file=sys.stderr)
 
-    from matpo_graph.train.trainer import LocalTrainer
+    from matpo_graph.rl.trainer import LocalTrainer
 
     result = LocalTrainer(program, plan, cfg, Path(run_dir)).run(resume=args.resume)
     print(f"run folder: {result.run_dir} (last step {result.last_step})")
@@ -185,13 +185,13 @@ def _load_program(src: Path):  # type: ignore[no-untyped-def]
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from matpo_graph.train.evaluate import evaluate_cli
+    from matpo_graph.cli.eval_command import evaluate_command
 
-    return evaluate_cli(args)
+    return evaluate_command(args)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from matpo_graph.train.report import write_report
+    from matpo_graph.tracking.report import write_report
 
     try:
         out = write_report(args.run_dir, compare=args.compare, out_dir=args.out)

@@ -27,11 +27,13 @@ from matpo_graph.core.spec import DEFAULT_POLICY, LORA_DEFAULTS, PolicySpec, Rol
 
 __all__ = [
     "LORA_FIELDS",
+    "bound_policy_names",
     "compile_policies",
     "default_policy_name",
     "policy_issues",
     "policy_partition",
     "role_policies",
+    "shared_policy_name",
     "uses_per_role_policies",
 ]
 
@@ -180,3 +182,15 @@ def uses_per_role_policies(program: Program) -> bool:
     """Whether some role is played by a lora or separate policy (else one shared model plays every role)."""
     used = set(program.role_policies().values())
     return any(p.kind != "shared" for n, p in program.policies.items() if n in used)
+
+
+def shared_policy_name(program: Program) -> str:
+    """The name of the graph's shared policy (the implicit ``shared`` when it declares none)."""
+    return default_policy_name(program.policies)  # type: ignore[arg-type]  # program policies carry `kind` too
+
+
+def bound_policy_names(program: Program) -> list[str]:
+    """The policies the program's roles are bound to, the shared one first."""
+    shared = shared_policy_name(program)
+    bound = list(dict.fromkeys(program.role_policies().values()))
+    return [shared] * (shared in bound) + [n for n in bound if n != shared]

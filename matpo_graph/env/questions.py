@@ -8,13 +8,10 @@ where sub-question i refers to the answer of i-1 as '#(i-1)' (as MuSiQue does) a
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
 from matpo_graph.data.qa import QAItem
+from matpo_graph.env.entities import Entity, World
 from matpo_graph.env.relations import INFOBOX_LABELS, Relation, relations_from
-
-if TYPE_CHECKING:
-    from matpo_graph.env.world import Entity, World
 
 __all__ = ["compose_questions", "split_questions"]
 

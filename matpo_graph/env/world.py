@@ -7,18 +7,17 @@ byte-identical pages and question files.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from matpo_graph.env.entities import Entity, World
 from matpo_graph.env.names import NameForge
-from matpo_graph.env.relations import RELATIONS
+from matpo_graph.env.pages import build_pages
+from matpo_graph.env.questions import compose_questions, split_questions
 
 if TYPE_CHECKING:
-    from matpo_graph.data.qa import QAItem
-    from matpo_graph.env.pages import Page
+    pass
 
 __all__ = ["DEFAULT_ENTITIES", "DEFAULT_QUESTIONS", "Entity", "World", "build_world"]
 
@@ -32,56 +31,6 @@ _GENRES = ("novel", "poetry collection", "opera", "treatise", "travelogue", "pla
            "song cycle", "memoir")
 _CURRENCY_UNITS = ("crown", "mark", "florin", "shell", "talent", "dram")
 _SHARES = {"person": 0.38, "city": 0.20, "country": 0.03, "organisation": 0.19}
-
-
-@dataclass
-class Entity:
-    """One thing in the world. `facts` maps relation name -> entity id (relations) or value (attributes)."""
-
-    id: int
-    kind: str
-    name: str
-    slug: str
-    subkind: str = ""
-    facts: dict[str, int | str] = field(default_factory=dict)
-    aliases: list[str] = field(default_factory=list)
-    twin_of: int | None = None
-
-
-@dataclass
-class World:
-    """Entities, pages (by slug) and question splits of one seed."""
-
-    seed: int
-    entities: list[Entity]
-    by_slug: dict[str, Entity]
-    pages: dict[str, "Page"]
-    questions: dict[str, list["QAItem"]]
-    params: dict[str, Any] = field(default_factory=dict)
-    """The build_world arguments (recorded in exports)."""
-
-    def entity(self, ref: int | str) -> Entity:
-        return self.entities[ref] if isinstance(ref, int) else self.by_slug[ref]
-
-    def fact_text(self, entity: Entity, relation: str) -> str:
-        """The value of a fact as a string (an entity's name for relations)."""
-        value = entity.facts[relation]
-        return self.entities[value].name if RELATIONS[relation].target else str(value)
-
-    def page_html(self, slug: str) -> str:
-        from matpo_graph.env.pages import render_html
-
-        return render_html(self.pages[slug])
-
-    def fingerprint(self) -> str:
-        """sha256 over all page texts and questions: equal fingerprints mean equal worlds."""
-        digest = hashlib.sha256()
-        for slug in sorted(self.pages):
-            digest.update(self.page_html(slug).encode("utf-8"))
-        for split in sorted(self.questions):
-            for item in self.questions[split]:
-                digest.update(item.model_dump_json().encode("utf-8"))
-        return digest.hexdigest()
 
 
 def _slugify(name: str, taken: set[str]) -> str:
@@ -198,8 +147,6 @@ def build_world(seed: int = 0, n_entities: int = DEFAULT_ENTITIES, n_questions: 
         hops: chain lengths to compose, spread evenly.
         splits: train/dev/test shares.
     """
-    from matpo_graph.env.pages import build_pages
-    from matpo_graph.env.questions import compose_questions, split_questions
 
     if n_entities < 10:
         raise ValueError(f"n_entities must be at least 10, got {n_entities}")

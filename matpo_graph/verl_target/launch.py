@@ -113,7 +113,8 @@ def _initial_model(program, plan, out: Path, warmstart: Warmstart, *, env_seed: 
         return warm
     if warmstart.mode == "none":
         return base
-    from matpo_graph.train.sft import WARMUP_DEMOS, WARMUP_DRILLS, run_sft
+    from matpo_graph.coldstart.defaults import WARMUP_DEMOS, WARMUP_DRILLS
+    from matpo_graph.coldstart.sft import run_sft
 
     print("cold start: supervised warm-up on expert demonstrations before veRL (the embedded model cannot call tools yet)",
           flush=True)

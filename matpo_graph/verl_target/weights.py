@@ -5,7 +5,7 @@ veRL aggregates the clipped PPO terms of a mini-batch as ``sum(l * w) / T`` (``l
 a row the weight ``T / (trees * T_tree)`` turns that into the paper's ``tree_token_mean``: per tree,
 the token mean over all its trajectories, then the mean over trees. The tree of a row comes from its
 transfer-queue key ``{uid}_{session}_{index}``: one session is one root rollout and its descendants.
-The per-row factor is the local trainer's (:func:`matpo_graph.train.batch.row_weights`), so both
+The per-row factor is the local trainer's (:func:`matpo_graph.rl.batch.row_weights`), so both
 trainers optimise the same objective.
 """
 
@@ -39,7 +39,7 @@ def tree_token_weights(keys: Sequence[str], row_tokens: Sequence[int]) -> list[f
         ``T_all / (trees * T_tree)`` per row, 0.0 for rows without trained tokens; trees without
         trained tokens (failed rollouts, veRL's padding rows) do not count.
     """
-    from matpo_graph.train.batch import row_weights
+    from matpo_graph.rl.batch import row_weights
 
     if len(keys) != len(row_tokens):
         raise ValueError(f"keys and row_tokens differ in length: {len(keys)} vs {len(row_tokens)}")

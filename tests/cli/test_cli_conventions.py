@@ -18,7 +18,7 @@ from matpo_graph.cli.overrides import (
     parse_command_line,
 )
 from matpo_graph.runtime.policy import DEFAULT_TEMPERATURE
-from matpo_graph.train.config import TrainConfig
+from matpo_graph.rl.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPH = str(ROOT / "graphs" / "deep_search.yaml")

@@ -19,13 +19,13 @@ def load(name_or_path):
 
 
 def questions(web, n, *, hops=None, split="train"):
-    from matpo_graph.train.demos import pick_questions
+    from matpo_graph.coldstart.demonstrations import pick_questions
 
     return pick_questions(web.world.questions[split], n, seed=0, max_hops=hops)
 
 
 def demos(program, plan, items, chat, web, **kw):
-    from matpo_graph.train.demos import generate_demos
+    from matpo_graph.coldstart.demonstrations import generate_demos
 
     return asyncio.run(generate_demos(program, plan, items, tokenizer=chat, embedded_url=web.url, **kw))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from matpo_graph.core.rollout import RolloutTree, Trajectory, Turn
 from matpo_graph.core.rollout import CallRecord, RewardBreakdown
-from matpo_graph.train.call_metrics import call_metrics
+from matpo_graph.coldstart.call_metrics import call_metrics
 
 from cs_helpers import demos, load, questions
 

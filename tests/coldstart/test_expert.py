@@ -10,7 +10,7 @@ from matpo_graph.core.reward import normalize_answer
 from matpo_graph.core.rollout import RolloutTree
 from matpo_graph.data.qa import QAItem
 from matpo_graph.runtime.policy import PolicyError, SamplingParams
-from matpo_graph.train.expert import ExpertPolicy, steps_of
+from matpo_graph.coldstart.expert import ExpertPolicy, steps_of
 
 from cs_helpers import demos, load, questions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from matpo_graph.cli import main
-from matpo_graph.train.expert_plan import ExpertUnsupported, plan_expert
+from matpo_graph.coldstart.expert_plan import ExpertUnsupported, plan_expert
 
 from cs_helpers import graph_variant, load
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from matpo_graph.train.sft_data import examples_from_trees
+from matpo_graph.coldstart.sft_data import examples_from_trees
 
 from cs_helpers import demos, graph_variant, load, questions
 

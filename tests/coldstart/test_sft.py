@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from matpo_graph.train.sft import SFTSettings, cpu_has_native_bf16, resolve_precision, run_sft
+from matpo_graph.coldstart.sft import SFTSettings, run_sft
+from matpo_graph.model.precision import cpu_has_native_bf16, resolve_precision
 
 from cs_helpers import demos, load, questions
 
@@ -46,8 +47,8 @@ def test_sft_tiny_run_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, mod
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from matpo_graph.train.sft_data import examples_from_trees
-    from matpo_graph.train.sft_model import SFTModel
+    from matpo_graph.coldstart.sft_data import examples_from_trees
+    from matpo_graph.coldstart.sft_model import SFTModel
 
     program, plan = load("single_agent")
     trees = demos(program, plan, questions(web, 2, hops=1), chat, web).trees
@@ -87,8 +88,8 @@ def test_sft_tiny_run_lowers_loss_and_writes_a_loadable_checkpoint(tmp_path, mod
 
 
 def test_opening_drills_add_one_short_example_per_trajectory(tmp_path, model_dir, web, chat):
-    from matpo_graph.train.sft import train_sft
-    from matpo_graph.train.sft_data import examples_from_trees
+    from matpo_graph.coldstart.sft import train_sft
+    from matpo_graph.coldstart.sft_data import examples_from_trees
 
     program, plan = load("deep_search")
     trees = demos(program, plan, questions(web, 2, hops=1), chat, web).trees

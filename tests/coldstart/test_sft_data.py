@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from matpo_graph.core.rollout import RolloutTree, Trajectory
-from matpo_graph.train.sft_data import SFTExample, examples_from_trees, micro_batches, opening_examples, optimizer_batches
+from matpo_graph.coldstart.sft_data import SFTExample, examples_from_trees, micro_batches, opening_examples, optimizer_batches
 
 
 def traj(tid, parent, mask, role="worker", depth=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from matpo_graph.train.sft_data import SFTExample
+from matpo_graph.coldstart.sft_data import SFTExample
 
 
 def example(key, ids, trained_from):
@@ -31,7 +31,7 @@ def reference_loss(model, ex):
 def test_split_forward_matches_the_plain_forward(model_dir, batch, train_layers):
     import torch
 
-    from matpo_graph.train.sft_model import SFTModel
+    from matpo_graph.coldstart.sft_model import SFTModel
 
     m = SFTModel(model_dir, train_layers=train_layers)
     m.model.eval()
@@ -49,7 +49,7 @@ def test_split_forward_matches_the_plain_forward(model_dir, batch, train_layers)
 
 
 def test_frozen_layers_get_no_gradient_and_trained_ones_do(model_dir, batch):
-    from matpo_graph.train.sft_model import SFTModel
+    from matpo_graph.coldstart.sft_model import SFTModel
 
     m = SFTModel(model_dir, train_layers=3)
     loss, _ = m.loss_sum(batch)
@@ -66,7 +66,7 @@ def test_shared_prefix_gives_the_same_loss_and_gradients_as_whole_examples(model
     """Running a common system prompt once for several examples changes the cost, not the math."""
     import torch
 
-    from matpo_graph.train.sft_model import SFTModel
+    from matpo_graph.coldstart.sft_model import SFTModel
 
     system = "<|im_start|>system\nYou look facts up on the web and answer in one short line.<|im_end|>\n"
     texts = ["<|im_start|>user\nWho wrote X?<|im_end|>\n<|im_start|>assistant\nOrla Venn.<|im_end|>",

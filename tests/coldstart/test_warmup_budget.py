@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from matpo_graph.core.rollout import RolloutTree, Trajectory
-from matpo_graph.train.sft_data import examples_from_trees, opening_examples, within_token_budget
+from matpo_graph.coldstart.sft_data import examples_from_trees, opening_examples, within_token_budget
 
 
 def tree(name: str, first_turn: int, later: int = 0) -> RolloutTree:

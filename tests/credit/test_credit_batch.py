@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from matpo_graph.core.credit import assign_credit
 from matpo_graph.testing import credit_cases, graphs
-from matpo_graph.train.batch import (
+from matpo_graph.rl.batch import (
     PackError,
     pack_trees,
     plan_updates,
@@ -18,7 +18,7 @@ from matpo_graph.train.batch import (
     split_microbatches,
     split_minibatches,
 )
-from matpo_graph.train.loss import LossConfig, policy_loss, token_logprobs
+from matpo_graph.rl.loss import LossConfig, policy_loss, token_logprobs
 
 from credit_helpers import one_torch_thread, plan, planner_tree, traj, tree
 from credit_torch_helpers import AGGS, TinyLM

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from matpo_graph.core.credit import assign_credit
 from matpo_graph.testing import credit_cases, graphs
-from matpo_graph.train.batch import PackedBatch, pack_trees
-from matpo_graph.train.loss import LossConfig, kl_penalty, policy_loss, ppo_token_loss, token_entropy, token_logprobs
+from matpo_graph.rl.batch import PackedBatch, pack_trees
+from matpo_graph.rl.loss import LossConfig, kl_penalty, policy_loss, ppo_token_loss, token_entropy, token_logprobs
 
 from credit_helpers import one_torch_thread, planner_tree, plan
 from credit_torch_helpers import AGGS, TinyLM

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from matpo_graph.core.credit import assign_credit, token_advantages
 from matpo_graph.testing import credit_cases, graphs, rewards
-from matpo_graph.train.batch import pack_trees
-from matpo_graph.train.loss import LossConfig, policy_loss
+from matpo_graph.rl.batch import pack_trees
+from matpo_graph.rl.loss import LossConfig, policy_loss
 
 from credit_helpers import one_torch_thread, ONE_ROLE
 

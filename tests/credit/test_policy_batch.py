@@ -1,6 +1,6 @@
 """Per-role policies in the batch and the loss: weights over the whole tree first, then rows by policy.
 
-The definition tested here (see :mod:`matpo_graph.train.batch`): the aggregation weights are exactly
+The definition tested here (see :mod:`matpo_graph.rl.batch`): the aggregation weights are exactly
 the shared policy's; a policy's loss is the sum over its own rows; the per-policy losses sum to the
 shared loss; and each policy's gradient is the gradient of that one loss with respect to its parameters.
 """
@@ -16,8 +16,8 @@ from matpo_graph.core.credit import assign_credit
 from matpo_graph.core.spec import Graph
 from matpo_graph.testing import check_policy_binding, credit_cases, graphs
 from matpo_graph.testing.shapes import GraphShape
-from matpo_graph.train.batch import PackedBatch, pack_trees, split_by_policy, split_minibatches
-from matpo_graph.train.loss import LossConfig, policy_loss, token_logprobs
+from matpo_graph.rl.batch import PackedBatch, pack_trees, split_by_policy, split_minibatches
+from matpo_graph.rl.loss import LossConfig, policy_loss, token_logprobs
 
 from credit_helpers import PLANNER_WORKER, one_torch_thread, plan, traj, tree
 from credit_torch_helpers import AGGS, TinyLM

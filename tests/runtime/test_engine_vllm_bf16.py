@@ -31,7 +31,7 @@ def test_bf16_engine_reloads_float32_weights(model_dir, chat):  # type: ignore[n
 
     from matpo_graph.runtime.policies.vllm import VLLMPolicy
     from matpo_graph.runtime.policy import SamplingParams
-    from matpo_graph.train.sft import cpu_has_native_bf16
+    from matpo_graph.model.precision import cpu_has_native_bf16
 
     if not cpu_has_native_bf16():
         pytest.skip("this CPU has no native bfloat16; the engine serves float32 here")

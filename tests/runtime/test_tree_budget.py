@@ -17,7 +17,7 @@ from matpo_graph.core.spec import Limits
 from matpo_graph.core.toolcalls import format_tool_call
 from matpo_graph.runtime.executor import Executor
 from matpo_graph.runtime.policies.scripted import ScriptedPolicy
-from matpo_graph.train.rollout_metrics import rollout_metrics
+from matpo_graph.tracking.rollout_metrics import rollout_metrics
 
 GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
 

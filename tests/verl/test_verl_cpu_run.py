@@ -96,7 +96,7 @@ def _train(out: Path, steps: int) -> str:
 
 @pytest.fixture(scope="module")
 def verl_run(module_tmp: Path) -> dict[str, Any]:
-    from matpo_graph.train.report import read_rows
+    from matpo_graph.tracking.report import read_rows
 
     out = module_tmp
     first = _train(out, 1)

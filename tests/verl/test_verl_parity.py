@@ -30,7 +30,7 @@ REWARDS = [1.0, 0.1, 0.55, 0.1, 0.1, 0.1, 1.0, 0.9]  # two groups of four, each 
 def real_trees(model_dir: Path):  # type: ignore[no-untyped-def]
     from matpo_graph.compilers.local import compile_graph
     from matpo_graph.core.loader import load_graph
-    from matpo_graph.train.demos import make_demos
+    from matpo_graph.coldstart.demonstrations import make_demos
 
     graph_path = REPO / "graphs" / "deep_search.yaml"
     program, plan = compile_graph(load_graph(graph_path), graph_path.parent)
@@ -44,7 +44,7 @@ def real_trees(model_dir: Path):  # type: ignore[no-untyped-def]
 
 def _local(trees: list[RolloutTree], plan, loss_agg: str) -> dict[tuple[str, str], tuple[float, float, int]]:  # type: ignore[no-untyped-def]
     from matpo_graph.core.credit import assign_credit
-    from matpo_graph.train.batch import pack_trees
+    from matpo_graph.rl.batch import pack_trees
 
     rewards = {t.tree_id: r for t, r in zip(trees, REWARDS, strict=True)}
     credited, _ = assign_credit(trees, plan, rewards=rewards, warn=False)

@@ -56,7 +56,7 @@ def test_tree_token_weights_make_verl_token_mean_the_paper_loss(seed: int, tmp_p
     from verl.utils.config import omega_conf_to_dataclass
 
     from matpo_graph.compilers.verl import graph_overrides
-    from matpo_graph.train.loss import ppo_token_loss
+    from matpo_graph.rl.loss import ppo_token_loss
 
     program, plan, bundle = compile_tiny(tmp_path / "b")
     cfg = compose_verl(graph_overrides(program, plan, bundle_dir=str(bundle.root)) + ["actor_rollout_ref.actor.use_dynamic_bsz=true"])

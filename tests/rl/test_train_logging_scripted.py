@@ -1,0 +1,132 @@
+"""A real local training step with a scripted policy: metrics in veRL's names in every sink, every tree saved,
+progress from the start. (The scripted replies are all alike, so the step has no learning signal and the
+update takes its zero-gradient path: the test stays fast without the vLLM engine.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def scripted_run(module_tmp):
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorboard")
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.trainer import LocalTrainer
+
+    tmp = module_tmp
+    script = tmp / "script.json"
+    script.write_text(json.dumps({"rules": [], "default": "I know this one. \\boxed{Paris}"}))
+    data = tmp / "qa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Capital number {i}?", "answer": "Paris"}) + "\n"
+                            for i in range(3)))
+    program, plan = load_program(ROOT / "graphs" / "single_agent.yaml")
+    cfg = TrainConfig(policy=f"scripted:{script}", data=str(data), eval_data=str(data), steps=1, warmstart="none",
+                      questions_per_step=2, group_size=2, eval_questions=1, time_budget_minutes=0, verify_sync=False,
+                      train_layers=1)
+    run = tmp / "run"
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = LocalTrainer(program, plan, cfg, run).run()
+    return run, result, out.getvalue()
+
+
+def test_scripted_run_logs_verl_names_to_jsonl_and_tensorboard(scripted_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run, result, _ = scripted_run
+    assert result.last_step == 1
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = records[0]
+    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "critic/score/mean",
+                "critic/advantages/mean", "response_length/mean", "timing_s/gen", "timing_s/update_actor",
+                "timing_s/step", "matpo/reward/mean"):
+        assert key in train, key
+    assert not any(k in train for k in ("loss", "reward_mean", "rollout_seconds"))
+    assert train["critic/score/mean"] == pytest.approx(train["matpo/reward/mean"])  # one trajectory per tree here
+    assert any("matpo/eval/greedy/accuracy" in r for r in records[1:])
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "actor/pg_loss" in tags and "timing_s/gen" in tags
+    assert [e.step for e in acc.Scalars("critic/score/mean")] == [1]
+
+
+def test_scripted_run_saves_every_tree_of_the_step(scripted_run):
+    from matpo_graph.core.rollout import read_trees
+
+    run, _, _ = scripted_run
+    trees = read_trees(run / "rollouts" / "step_000001.jsonl")
+    assert len(trees) == 4  # 2 questions x G=2, all of them
+
+
+def test_scripted_run_shows_progress_from_the_start(scripted_run):
+    _, _, text = scripted_run
+    assert text.index("RL steps 0/1: starting") < text.index("rollouts done: 4/4 trees")
+    assert "update actor done" in text
+    assert "eval greedy done: 1/1 trees" in text
+    assert "step:1 - actor/" in text  # the console logger, veRL's format
+
+
+def test_scripted_resume_counts_progress_on_from_its_checkpoint(scripted_run, tmp_path):
+    """A resumed run's progress starts at the checkpoint's step, not at 0 (it used to print `RL steps 0/2`)."""
+    import contextlib
+    import io
+    import shutil
+
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.trainer import LocalTrainer
+
+    run, _, _ = scripted_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)  # the module's run stays at step 1 for the other tests
+    cfg = TrainConfig.model_validate_json((copy / "train_config.json").read_text()).model_copy(update={"steps": 2})
+    program, plan = load_program(ROOT / "graphs" / "single_agent.yaml")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = LocalTrainer(program, plan, cfg, copy).run(resume=True)
+    text = out.getvalue()
+    assert result.last_step == 2
+    assert "RL steps 1/2: starting" in text and "RL steps 0/2" not in text
+    assert "[step 2/2] rollouts done" in text and "[step 1/2]" not in text
+
+
+def test_scripted_eval_of_the_run_folder_shows_progress_and_writes_trees(scripted_run, tmp_path, capsys):
+    from matpo_graph.cli import main
+    from matpo_graph.core.rollout import read_trees
+
+    run, _, _ = scripted_run
+    out = tmp_path / "eval.jsonl"
+    policy = f"scripted:{run.parent / 'script.json'}"
+    assert main(["eval", str(run), "--policy", policy, "--n", "2", "--samples", "1", "--out", str(out),
+                 "temperature=0.5"]) == 0
+    text = capsys.readouterr().out
+    assert "eval greedy done: 2/2 trees" in text and "eval sampled done: 2/2 trees" in text
+    assert len(read_trees(out)) == 4
+
+
+def test_scripted_eval_of_a_chosen_step(scripted_run, tmp_path, capsys):
+    """--step 0 evaluates the model RL started from, --step N that checkpoint; a step without one is an error."""
+    from matpo_graph.cli import main
+    from matpo_graph.core.rollout import read_trees
+
+    run, _, _ = scripted_run
+    policy = f"scripted:{run.parent / 'script.json'}"
+    for step in (0, 1):
+        out = tmp_path / f"eval_{step}.jsonl"
+        assert main(["eval", str(run), "--step", str(step), "--policy", policy, "--n", "1", "--samples", "2",
+                     "--out", str(out)]) == 0
+        assert len(read_trees(out)) == 3
+    capsys.readouterr()
+    assert main(["eval", str(run), "--step", "7", "--policy", policy, "--n", "1"]) == 2
+    assert "no checkpoint for step 7" in capsys.readouterr().err
