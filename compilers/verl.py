@@ -48,7 +48,6 @@ __all__ = [
     "compile_verl_bundle",
     "graph_overrides",
     "run_defaults",
-    "uses_embedded_web",
 ]
 
 AGENT_NAME = "matpo_graph"
@@ -223,11 +222,6 @@ def check_verl(program: Program, plan: CreditPlan) -> list[SpecIssue]:
             )
         )
     return issues
-
-
-def uses_embedded_web(program: Program) -> bool:
-    """Whether a tool of the program talks to the embedded web (``config.endpoint: embedded``)."""
-    return any((spec.get("config") or {}).get("endpoint") == "embedded" for spec in program.tools.values())
 
 
 def rollout_temperature(program: Program) -> float:

@@ -41,10 +41,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_rollout)
 
 
-def _needs_embedded_web(tools: dict[str, dict[str, Any]]) -> bool:
-    return any((spec.get("config") or {}).get("endpoint") == "embedded" for spec in tools.values())
-
-
 def _rollout(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -94,7 +90,7 @@ async def _run(args: argparse.Namespace, program: Any, model_dir: Path) -> Any:
     from matpo_graph.tools.registry import build_tools
 
     web = None
-    if _needs_embedded_web(program.tools):
+    if program.uses_embedded_web():
         from matpo_graph.env.server import serve_in_thread
 
         web = serve_in_thread(seed=args.seed or 0)

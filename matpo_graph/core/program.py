@@ -130,6 +130,10 @@ class Program(_Data):
         description="Policies by name; programs written before policies existed play every role with one shared policy.",
     )
 
+    def uses_embedded_web(self) -> bool:
+        """Whether a tool talks to the embedded web (``config.endpoint: embedded``), which the runner must serve."""
+        return tools_use_embedded_web(self.tools)
+
     def role_policies(self) -> dict[str, str]:
         """role -> policy name."""
         return {name: role.policy for name, role in self.roles.items()}
@@ -177,3 +181,8 @@ class CreditPlan(_Data):
         description="role -> the policy that plays it (and is trained on its tokens); a role not listed is on the "
         "shared policy. The advantage does not depend on it: one plan credits every trajectory.",
     )
+
+
+def tools_use_embedded_web(tools: dict[str, dict[str, Any]]) -> bool:
+    """Whether any of these tool dumps points at the embedded web (``config.endpoint: embedded``)."""
+    return any(str((spec.get("config") or {}).get("endpoint", "")) == "embedded" for spec in tools.values())

@@ -18,11 +18,7 @@ from matpo_graph.rl.config import TrainConfig
 from matpo_graph.runtime.policy import SamplingParams
 from matpo_graph.tracking.rollout_metrics import rollout_metrics
 
-__all__ = ["RolloutSession", "engine_dtype", "uses_embedded_web"]
-
-
-def uses_embedded_web(program: Program) -> bool:
-    return any(str(spec.get("config", {}).get("endpoint", "")) == "embedded" for spec in program.tools.values())
+__all__ = ["RolloutSession", "engine_dtype"]
 
 
 def engine_dtype(cfg: Any, cpuinfo: str | None = None) -> str:
@@ -65,7 +61,7 @@ class RolloutSession:
 
         self.board = RunProgress(total_steps=self.cfg.steps if self.run_dir is not None else 0, first_step=self.first_step)
         self.board.begin("starting engine and tools", total=None, unit="")
-        need_web = uses_embedded_web(self.program) or self.cfg.data is None or self.cfg.eval_data is None
+        need_web = self.program.uses_embedded_web() or self.cfg.data is None or self.cfg.eval_data is None
         if need_web:
             from matpo_graph.env.server import serve_in_thread
 

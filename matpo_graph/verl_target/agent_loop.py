@@ -24,7 +24,7 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from matpo_graph.compilers.verl import AGENT_NAME, CONFIG_KEY, TARGET_FILE, uses_embedded_web
+from matpo_graph.compilers.verl import AGENT_NAME, CONFIG_KEY, TARGET_FILE
 from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.reward import score_tree, with_reward
 from matpo_graph.core.rollout import RewardBreakdown, RolloutTree
@@ -79,7 +79,7 @@ def load_bundle(bundle_dir: str | Path) -> BundleRuntime:
     plan = CreditPlan.model_validate_json((root / "credit_plan.json").read_text(encoding="utf-8"))
     target = json.loads((root / TARGET_FILE).read_text(encoding="utf-8"))
     runtime = BundleRuntime(root, program, plan, target)
-    if uses_embedded_web(program):
+    if program.uses_embedded_web():
         web = target.get("embedded_web") or {}
         runtime.embedded_url = _embedded_url(int(web.get("seed", 0)), web.get("noise"))
     _BUNDLES[key] = runtime

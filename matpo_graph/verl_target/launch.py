@@ -78,7 +78,7 @@ def prepare_verl_run(
         GraphError: the graph is invalid or uses options veRL cannot express.
         ValueError: no training data was given and the graph does not use the embedded web.
     """
-    from matpo_graph.compilers.verl import LAUNCH_FILE, compile_verl_bundle, uses_embedded_web
+    from matpo_graph.compilers.verl import LAUNCH_FILE, compile_verl_bundle
     from matpo_graph.verl_target.dataset import write_parquet
 
     graph_path, out = Path(graph_path), Path(out_dir).resolve()
@@ -86,7 +86,7 @@ def prepare_verl_run(
     bundle = compile_verl_bundle(graph, program, plan, out / "bundle", graph_path=source, env_seed=env_seed, device=device)
     env = {"PYTHON": sys.executable, "CHECKPOINT_DIR": str(out / "checkpoints")}
     if not _has_override(overrides, "data.train_files"):
-        if not uses_embedded_web(program):
+        if not program.uses_embedded_web():
             raise ValueError(
                 f"graph {program.graph_name!r} does not use the embedded web: pass data.train_files=... and "
                 "data.val_files=... (parquet from `matpo-graph data to-parquet`)"

@@ -1,4 +1,8 @@
-"""Mermaid flowchart text of a graph view (for READMEs and markdown viewers)."""
+"""Mermaid flowchart text of a graph view: `viz -o graph.mmd` and the graph.mmd that `compile` writes.
+
+Node ids come from names made safe for mermaid, and made unique again when two names map to the same id,
+so no role or tool name can merge two nodes or break the syntax.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,19 @@ from matpo_graph.viz.graph_model import GraphView
 __all__ = ["view_to_mermaid"]
 
 
-def _id(kind: str, name: str) -> str:
-    return f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"
+def _node_ids(view: GraphView) -> dict[tuple[str, str], str]:
+    """(kind, name) -> a mermaid node id, readable and unique."""
+    ids: dict[tuple[str, str], str] = {}
+    taken: set[str] = set()
+    for kind, names in (("role", [r.name for r in view.roles]), ("tool", [t.name for t in view.tools])):
+        for name in names:
+            base = f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"
+            node, n = base, 2
+            while node in taken:
+                node, n = f"{base}_{n}", n + 1
+            taken.add(node)
+            ids[(kind, name)] = node
+    return ids
 
 
 def _label(*lines: str) -> str:
@@ -21,6 +36,11 @@ def _label(*lines: str) -> str:
 
 def view_to_mermaid(view: GraphView) -> str:
     """Roles as boxes, tools as stadium shapes, delegation edges labelled `tool name ×max_parallel`."""
+    ids = _node_ids(view)
+
+    def _id(kind: str, name: str) -> str:
+        return ids.get((kind, name)) or f"{kind}_{re.sub(r'[^A-Za-z0-9_]', '_', name)}"
+
     lines = ["---", f"title: {_label(view.name)[1:-1]}", "---", "flowchart TD"]
     for r in view.roles:
         head = f"{r.name} (root)" if r.name == view.root else r.name

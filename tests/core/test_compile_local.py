@@ -118,8 +118,8 @@ def test_compile_graph_refuses_semantically_invalid_graph(tmp_path: Path):
 
 def test_mermaid_draws_roles_tools_and_edges():
     text = to_mermaid(load_graph(GRAPHS / "two_workers.yaml"))
-    assert text.startswith("flowchart LR\n")
-    assert '"planner (root)' in text and '"calculate: python"' in text
+    assert "flowchart TD\n" in text
+    assert '"planner (root)' in text and '"calculate<br/>backend: python"' in text
     assert text.count("-->|") == 2 and text.count("-.->") == 3
 
 

@@ -97,3 +97,11 @@ def test_mermaid_label_quotes_cannot_break_out(tmp_path):
 def test_unknown_suffix_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"unknown picture format '\.pdf'"):
         write_graph_picture(_view(), tmp_path / "g.pdf")
+
+
+def test_mermaid_names_that_sanitise_alike_stay_two_nodes(tmp_path):
+    data = {"name": "g", "root": "a-b", "roles": {"a-b": {"system": "s", "tools": ["a_b"]}, "a_b": {"system": "s"}},
+            "edges": [{"from": "a-b", "to": "a_b", "as": "a_b"}]}
+    out = write_graph_picture(view_from_graph(Graph.model_validate(data)), tmp_path / "g.mmd")
+    text = out.read_text()
+    assert 'role_a_b -->|"a_b ×' in text and "| role_a_b_2" in text
