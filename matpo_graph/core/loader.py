@@ -3,8 +3,8 @@
 When the shape check fails, the parts that do validate (each role, tool and edge on its own) are
 still checked semantically, so one run of ``matpo-graph validate`` shows every problem of a file.
 
-Files may come from strangers: a file larger than :data:`MAX_GRAPH_BYTES` is refused before it is
-read, YAML is bounded (see :mod:`matpo_graph.core.yaml_loader`), code and secrets the graph names are
+Files may come from strangers: anything that is not a regular file (a directory, a FIFO, a device)
+is refused at once, a file larger than :data:`MAX_GRAPH_BYTES` is refused before it is read, YAML is bounded (see :mod:`matpo_graph.core.yaml_loader`), code and secrets the graph names are
 checked against the user's :class:`~matpo_graph.core.trust.TrustPolicy`, and no check raises: a
 failure nobody foresaw comes back as an `internal-error` issue.
 """
@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from matpo_graph.core.errors import GraphError, SpecIssue, did_you_mean
+from matpo_graph.core.files import NotRegularFile, TooLargeFile, read_regular_file
 from matpo_graph.core.spec import CreditSpec, Edge, Graph, Limits, PolicySpec, RewardSpec, Role, ToolSpec
 from matpo_graph.core.trust import TrustPolicy
 from matpo_graph.core.validate import Partial, semantic_issues
@@ -69,17 +70,17 @@ def check_graph(path: str | Path, *, trust: TrustPolicy | None = None) -> GraphC
     path = Path(path)
     shown = str(path)
     try:
-        size = path.stat().st_size
-        if path.is_file() and size > MAX_GRAPH_BYTES:
-            return GraphCheck(shown, None, [SpecIssue.at(
-                "file-too-large", (), f"refused: the file has {size} bytes, more than the {MAX_GRAPH_BYTES} a graph may have"
-            ).located(1, 1)])
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_GRAPH_BYTES + 1)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return GraphCheck(shown, None, [SpecIssue.at("file-not-found", (), f"no graph file at {shown}")])
+        raw = read_regular_file(path, MAX_GRAPH_BYTES)
+    except FileNotFoundError:
+        return GraphCheck(shown, None, [SpecIssue.at("file-not-found", (), f"no graph file at {shown}").located(1, 1)])
+    except NotRegularFile as exc:
+        return GraphCheck(shown, None, [SpecIssue.at("file-not-found", (), f"refused: {shown} is {exc}, not a regular file").located(1, 1)])
+    except TooLargeFile as exc:
+        return GraphCheck(shown, None, [SpecIssue.at(
+            "file-too-large", (), f"refused: the file has {exc.size} bytes, more than the {MAX_GRAPH_BYTES} a graph may have"
+        ).located(1, 1)])
     except (OSError, ValueError) as exc:
-        return GraphCheck(shown, None, [SpecIssue.at("file-not-found", (), f"cannot read {shown}: {exc}")])
+        return GraphCheck(shown, None, [SpecIssue.at("file-not-found", (), f"cannot read {shown}: {exc}").located(1, 1)])
     if len(raw) > MAX_GRAPH_BYTES:  # grew while being read, or a special file
         return GraphCheck(shown, None, [SpecIssue.at(
             "file-too-large", (), f"refused: the file has more than the {MAX_GRAPH_BYTES} bytes a graph may have"

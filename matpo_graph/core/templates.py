@@ -23,6 +23,7 @@ from typing import Any
 import jinja2
 from jinja2 import meta, nodes
 
+from matpo_graph.core.files import TooLargeFile, read_regular_file
 from matpo_graph.core.template_limits import MAX_OUTPUT_CHARS, MAX_TEMPLATE_CHARS, BoundedSandbox, TemplateLimitError, within_deadline
 
 __all__ = [
@@ -106,11 +107,10 @@ def read_inside(base_dir: Path, name: str) -> str:
     """Text of a file inside `base_dir` (see :func:`resolve_inside`); unreadable files raise too."""
     path = resolve_inside(base_dir, name)
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_TEMPLATE_CHARS * 4 + 1)
-        if len(raw) > MAX_TEMPLATE_CHARS * 4:
-            raise TemplateIncludeError(f"{name!r} is larger than {MAX_TEMPLATE_CHARS * 4} bytes", name, "too-large")
+        raw = read_regular_file(path, MAX_TEMPLATE_CHARS * 4)  # a FIFO swapped in after the check is refused, not waited on
         return raw.decode("utf-8")
+    except TooLargeFile:
+        raise TemplateIncludeError(f"{name!r} is larger than {MAX_TEMPLATE_CHARS * 4} bytes", name, "too-large") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateIncludeError(f"{name!r} cannot be read as UTF-8 text ({exc})", name) from exc
 
