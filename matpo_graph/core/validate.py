@@ -42,6 +42,7 @@ from matpo_graph.core.template_limits import RENDER_SECONDS, TemplateLimitError
 from matpo_graph.core.templates import TemplateIncludeError, read_inside, render, resolve_template, undeclared_variables
 from matpo_graph.core.addresses import http_url_problem
 from matpo_graph.core.toolconfig import ToolConfigProblem, parse_tool_config
+from matpo_graph.core.yaml_loader import has_surrogate
 from matpo_graph.core.trust import TrustPolicy, active_trust, code_ref_problem, literal_host_problem
 
 __all__ = ["Partial", "ExampleError", "load_examples", "sample_variables", "semantic_issues", "trust_issues", "validate_examples"]
@@ -99,8 +100,9 @@ def semantic_issues(g: Partial, base_dir: Path | None, *, trust: TrustPolicy | N
     issues += policy_issues(g.roles, g.policies)
     issues += _structure_issues(g)
     issues += _schema_issues(g)
-    issues += _template_issues(g, base_dir)
-    issues += _example_issues(g, base_dir)
+    budget = _InlinedText()
+    issues += _template_issues(g, base_dir, budget)
+    issues += _example_issues(g, base_dir, budget)
     issues += trust_issues(g, trust if trust is not None else active_trust())
     return issues
 
@@ -348,12 +350,34 @@ def _schema_issues(g: Partial) -> list[SpecIssue]:
 # --------------------------------------------------------------------------- templates
 
 
+MAX_INLINED_CHARS = 4_000_000
+"""Most characters of template and example text all roles together carry once files are inlined
+(compile copies each role's text: 900 roles naming one large file would otherwise write gigabytes)."""
+
+
+class _InlinedText:
+    """Counts the template and example text a compiled program would hold."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.reported = False
+
+    def add(self, size: int, loc: Loc) -> list[SpecIssue]:
+        self.used += size
+        if self.used <= MAX_INLINED_CHARS or self.reported:
+            return []
+        self.reported = True
+        return [SpecIssue.at("template-limit", loc, f"refused: the graph's templates and examples add up to more than "
+                             f"{MAX_INLINED_CHARS} characters once files are inlined (each role carries its own copy)")]
+
+
 VALIDATE_RENDER_SECONDS = 10.0
 """Total time the trial renders of one graph may take (each also within the runtime's own deadline)."""
 
 
-def _template_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
+def _template_issues(g: Partial, base_dir: Path | None, budget: _InlinedText | None = None) -> list[SpecIssue]:
     out: list[SpecIssue] = []
+    budget = budget if budget is not None else _InlinedText()
     budget_ends = time.monotonic() + VALIDATE_RENDER_SECONDS
     allowed = sorted(RUNTIME_VARIABLES)
     for rname, role in g.roles.items():
@@ -367,6 +391,10 @@ def _template_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
             where = f"template {ref.file!r}" if ref.file is not None else "inline template"
             try:
                 source, _, _ = resolve_template(ref.text, ref.file, base_dir)
+                too_much = budget.add(len(source), loc)
+                if too_much:
+                    out.extend(too_much)
+                    continue
                 names = undeclared_variables(source)
             except TemplateLimitError as exc:
                 out.append(SpecIssue.at("template-limit", loc, f"{where}: {exc}"))
@@ -439,8 +467,9 @@ def sample_variables(g: Partial, role: str) -> dict[str, Any]:
 def _trial_render(g: Partial, role: str, source: str, loc: Loc, where: str, seconds: float) -> list[SpecIssue]:
     """Render once with sample values under the runtime's limits.
 
-    Exceeding a limit is an error: the runtime would refuse the same template. Other failures
-    depend on the values (an argument the sample call lacks, say) and are warnings.
+    Exceeding a limit is an error: the runtime would refuse the same template. So is any other
+    failure (``{{ 1/0 }}``, an overflow, a type error), except an undefined value: that depends on
+    the values (an argument the sample call lacks, say) and is a warning.
     """
     try:
         render(source, sample_variables(g, role), timeout_s=min(seconds, RENDER_SECONDS))
@@ -449,9 +478,12 @@ def _trial_render(g: Partial, role: str, source: str, loc: Loc, where: str, seco
         return [SpecIssue.at("template-limit", loc, f"{where}: {text}")]
     except jinja2.exceptions.SecurityError as exc:
         return [SpecIssue.at("template-limit", loc, f"{where}: the sandbox refused: {exc}")]
-    except Exception as exc:  # noqa: BLE001 (value-dependent failures are reported, not raised)
+    except jinja2.UndefinedError as exc:  # value-dependent: real arguments may have it
         message = f"{where} fails when rendered with sample values: {type(exc).__name__}: {str(exc)[:200]}"
         return [SpecIssue.at("template-render", loc, message, "check it with `matpo-graph render`", severity="warning")]
+    except Exception as exc:  # noqa: BLE001 (a verdict, never raised)
+        message = f"{where} cannot be rendered: {type(exc).__name__}: {str(exc)[:200]}"
+        return [SpecIssue.at("template-render", loc, message, "the runtime would fail the same way; check it with `matpo-graph render`")]
     return []
 
 
@@ -484,11 +516,16 @@ def load_examples(value: list[list[ExampleMessage]] | str, base_dir: Path | None
     except (ValueError, yaml.YAMLError) as exc:
         raise ExampleError(f"examples file {value!r} does not parse: {exc}".splitlines()[0]) from exc
     try:
-        return _EXAMPLES.validate_python(raw)
+        demos = _EXAMPLES.validate_python(raw)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
         raise ExampleError(f"examples file {value!r}{where}: {first['msg']}") from exc
+    for d, demo in enumerate(demos):
+        for m, msg in enumerate(demo):
+            if has_surrogate(msg.content):
+                raise ExampleError(f"examples file {value!r}[{d}][{m}]: the content holds a lone surrogate (an escape such as \\ud800)")
+    return demos
 
 
 def validate_examples(demos: Sequence[Sequence[ExampleMessage]], *, fmt: str, allowed: Sequence[str]) -> list[tuple[Loc, str]]:
@@ -544,8 +581,9 @@ def _tool_call_parser() -> Any:
     return getattr(module, "parse_tool_calls", None)
 
 
-def _example_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
+def _example_issues(g: Partial, base_dir: Path | None, budget: _InlinedText | None = None) -> list[SpecIssue]:
     out: list[SpecIssue] = []
+    budget = budget if budget is not None else _InlinedText()
     for rname, role in g.roles.items():
         if role is None or not role.examples:
             continue
@@ -554,6 +592,10 @@ def _example_issues(g: Partial, base_dir: Path | None) -> list[SpecIssue]:
             demos = load_examples(role.examples, base_dir)
         except ExampleError as exc:
             out.append(SpecIssue.at("invalid-examples", loc, str(exc)))
+            continue
+        too_much = budget.add(sum(len(m.content) for demo in demos for m in demo), loc)
+        if too_much:
+            out.extend(too_much)
             continue
         allowed = [*role.tools, *(e.as_ for _, e in g.valid_edges() if e.from_ == rname)]
         inline = not isinstance(role.examples, str)
