@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-__all__ = ["dsl_reference_markdown", "graph_json_schema", "preview_variables", "register", "schema_text"]
+__all__ = ["dsl_reference_markdown", "graph_json_schema", "preview_variables", "register", "schema_text", "terminal_safe"]
 
 SCHEMA_ID = "https://matpo-graph.local/schema/graph.schema.json"
 
@@ -166,11 +167,39 @@ def dsl_reference_markdown() -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- terminal output
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with control characters (C0 but newline and tab, DEL, C1), bidirectional overrides and
+    lone surrogates written as escapes: a graph's text cannot drive the terminal (an OSC 52 sequence
+    would write the clipboard, others move the cursor or rewrite what was printed)."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _show(text: str, stream: TextIO | None = None) -> None:
+    """Print graph-derived text: escaped on a terminal, exact elsewhere (lone surrogates, which no
+    encoding can write, are escaped everywhere)."""
+    stream = stream if stream is not None else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    text = terminal_safe(text) if isatty is not None and isatty() else _SURROGATE.sub(_escape, text)
+    print(text, file=stream)
+
+
 # --------------------------------------------------------------------------- verbs
 
 
 def _fail(message: str) -> int:
-    print(message, file=sys.stderr)
+    _show(message, sys.stderr)
     return 1
 
 
@@ -186,11 +215,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         check = check_graph(path)
         for issue in check.issues:
             if issue.severity == "error" or not args.quiet:
-                print(issue.render(check.file), file=sys.stderr)
+                _show(issue.render(check.file), sys.stderr)
         if check.ok and check.graph is not None:
             g = check.graph
             if not args.quiet:
-                print(f"{path}: ok ({_n(g.roles, 'role')}, {_n(g.tools, 'tool')}, {_n(g.edges, 'edge')})")
+                _show(f"{path}: ok ({_n(g.roles, 'role')}, {_n(g.tools, 'tool')}, {_n(g.edges, 'edge')})")
         else:
             bad += 1
     if bad and len(args.graphs) > 1:
@@ -278,8 +307,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
     parts = [("system", rp.system), ("user", rp.user)] + ([("summary", rp.summary)] if args.summary else [])
     try:
         for title, template in parts:
-            print(f"===== {args.role}: {title} ({template.origin}) =====")
-            print(render(template.source, values))
+            text = render(template.source, values)
+            _show(f"===== {args.role}: {title} ({template.origin}) =====")
+            _show(text)
     except Exception as exc:  # noqa: BLE001 (a template error is reported, not a crash)
         return _fail(f"error: rendering failed: {type(exc).__name__}: {exc}")
     return 0
@@ -296,7 +326,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         program, plan = write_compiled(graph, graph_path.parent, Path(args.output))
     except GraphError as exc:
         return _fail(str(exc))
-    print(f"compiled {graph_path} -> {args.output} (sha256 {program.graph_sha256[:12]})")
+    _show(f"compiled {graph_path} -> {args.output} (sha256 {program.graph_sha256[:12]})")
     if args.target == "verl":
         try:
             verl = importlib.import_module("matpo_graph.compilers.verl")
