@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from matpo_graph.cli import main
 from matpo_graph.cli.graph_verbs import dsl_reference_markdown, schema_text
@@ -136,3 +137,57 @@ def test_every_graph_verb_has_help(verb: str, fragment: str, capsys: pytest.Capt
         main([verb, "--help"])
     assert info.value.code == 0
     assert fragment in capsys.readouterr().out
+
+
+def _run_in_terminal(argv: list[str], seconds: float = 60.0) -> bytes:
+    """Run the CLI with stdout and stderr on a pseudo-terminal; return everything it wrote."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import time
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "matpo_graph", *argv], stdout=follower, stderr=follower, cwd=REPO)
+    os.close(follower)
+    out = b""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=5)
+    os.close(leader)
+    return out
+
+
+OSC52 = "\x1b]52;c;aGVsbG8=\x07"
+
+
+@pytest.mark.parametrize("text", [OSC52, "\x1b[2J\x1b[H", "\u202egnp.exe", "\x9b31m"])
+def test_render_escapes_control_characters_on_a_terminal_but_not_in_a_pipe(tmp_path: Path, text: str):
+    graph = tmp_path / "g.yaml"
+    graph.write_text(yaml.safe_dump({"name": "g", "root": "a", "roles": {"a": {"system": f"hi {text} there"}}}, allow_unicode=True))
+    shown = _run_in_terminal(["render", str(graph), "--role", "a"]).decode("utf-8", "replace")
+    assert "hi " in shown and text not in shown and "\x1b" not in shown and "\x9b" not in shown
+    piped = subprocess.run([sys.executable, "-m", "matpo_graph", "render", str(graph), "--role", "a"], capture_output=True,
+                           text=True, cwd=REPO, timeout=60)
+    assert f"hi {text} there" in piped.stdout
+
+
+def test_validate_of_a_fifo_returns_at_once(tmp_path: Path):
+    import os
+
+    fifo = tmp_path / "g.yaml"
+    os.mkfifo(fifo)
+    out = subprocess.run([sys.executable, "-m", "matpo_graph", "validate", str(fifo)], capture_output=True, text=True,
+                         cwd=REPO, timeout=30)
+    assert out.returncode == 1 and f"{fifo}:1:1 " in out.stderr and "FIFO" in out.stderr

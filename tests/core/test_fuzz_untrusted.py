@@ -47,6 +47,9 @@ def expressions(draw: st.DrawFn, depth: int = 0) -> str:
         "({a} | center({n}))", "({a} | join({b}))", "({a} | wordwrap({n}, wrapstring={b}))", "({a} | indent({n}))",
         "({a} | replace(\"\", {b}))", "({a} | batch({n}, {b}) | list)", "range({n}) | list", "({a}[{n}:])",
         "({a} | string | length)", "({a}).ljust({n})", "({a} | tojson(indent={n}))", "lipsum({n})",
+        # format widths taken from arguments, %-format keys with parentheses, tabs and translations
+        '"{{0:{{1}}}}".format({a}, {n})', '"{{:.{{}}f}}".format(1.0, {n})', '("%(k(1))" ~ "{n}s") % {{"k(1)": {a}}}',
+        '("\\t" * {n}).expandtabs({n})', '({a} | string).translate({{120: "y" * {n}}})', "[{a}, {a}] | string",
     ]))
     return form.format(a=left, b=right, n=draw(NUMBERS))
 
@@ -55,7 +58,7 @@ def expressions(draw: st.DrawFn, depth: int = 0) -> str:
 def templates(draw: st.DrawFn) -> str:
     parts = []
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["expr", "loop", "macro", "set", "text", "tag", "unicode"]))
+        kind = draw(st.sampled_from(["expr", "loop", "macro", "set", "double", "text", "tag", "unicode"]))
         if kind == "expr":
             parts.append("{{ " + draw(expressions()) + " }}")
         elif kind == "loop":
@@ -67,6 +70,12 @@ def templates(draw: st.DrawFn) -> str:
         elif kind == "set":
             parts.append("{% set ns = namespace(v=" + draw(SHORT) + ") %}{% for i in range(" + str(draw(NUMBERS)) + ") %}"
                          "{% set ns.v = ns.v ~ ns.v %}{% endfor %}{{ ns.v | length }}")
+        elif kind == "double":  # a structure doubled by reference: tiny in memory, 2^n nodes for C code to walk
+            wrap = draw(st.sampled_from(["[ns.a, ns.a]", "(ns.a, ns.a)", '{"x": ns.a, "y": ns.a}', "[ns.a] * 2", "[ns.a] + [ns.a]"]))
+            use = draw(st.sampled_from(["ns.a == ns.a", "ns.a | tojson | length", "ns.a | string | length", "[ns.a, ns.a] | sort",
+                                        "{ns.a | string: 1} | length", "ns.a"]))
+            parts.append("{% set ns = namespace(a=(1,)) %}{% for i in range(" + str(draw(st.sampled_from([3, 20, 64])))
+                         + ") %}{% set ns.a = " + wrap + " %}{% endfor %}{{ " + use + " }}")
         elif kind == "tag":
             parts.append(draw(st.sampled_from([
                 '{% include "prompts/task.j2" %}', '{% import "prompts/task.j2" as t %}', '{% extends "prompts/task.j2" %}',
@@ -120,7 +129,7 @@ def _get(data: Any, path: tuple[Any, ...]) -> Any:
 def mutated_data(draw: st.DrawFn) -> Any:
     data: Any = copy.deepcopy(BASES[draw(st.sampled_from(sorted(BASES)), label="base")])
     for _ in range(draw(st.integers(1, 3), label="n")):
-        op = draw(st.sampled_from(["template", "template", "wrong_type", "deep", "size", "unicode", "code"]), label="op")
+        op = draw(st.sampled_from(["template", "template", "wrong_type", "deep", "size", "unicode", "code", "address"]), label="op")
         roles = list(data["roles"]) if isinstance(data, dict) and isinstance(data.get("roles"), dict) else []
         if op == "template" and roles:
             role = draw(st.sampled_from(roles))
@@ -141,11 +150,26 @@ def mutated_data(draw: st.DrawFn) -> Any:
         elif op == "unicode":
             text = draw(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40))
             data = _set(data, path, text)
-        else:  # code, secrets and endpoints a stranger might name
+        elif op == "address":  # loopback and private addresses in the spellings a resolver accepts, other schemes
+            endpoint = draw(st.sampled_from(["http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/", "http://127.1/",
+                                             "http://[64:ff9b::7f00:1]/", "HTTP://10.1/", "file:///etc/passwd", "gopher://x/",
+                                             "data:,x", ["https://a.example"], 123]))
+            where = draw(st.sampled_from(["search", "judge", "scrape"]))
+            if where == "search":
+                value: Any = {"backend": "search", "description": "d", "config": {"endpoint": endpoint, "api_key_env": None}}
+            elif where == "scrape":
+                value = {"backend": "scrape", "description": "d", "config": {"allow_hosts": draw(st.sampled_from([{"a": 1}, [8080], endpoint]))}}
+            else:
+                value = {"accuracy": {"scorer": "judge", "judge": {"endpoint": endpoint, "model": "m"}}}
+            data = _set(data, path, value)
+        else:  # code, secrets and endpoints a stranger might name, and code references that are not identifiers
             data = _set(data, path, draw(st.sampled_from([
                 {"backend": "python", "description": "d", "config": {"function": "os:system"}},
+                {"backend": "python", "description": "d", "config": {"function": "os..path:join"}},
                 {"backend": "search", "description": "d", "config": {"endpoint": "http://169.254.169.254/", "api_key_env": "HOME"}},
-                "subprocess:run", "builtins:eval",
+                {"backend": "search", "description": "d", "parameters": {"type": "object", "properties": {"q": {"$ref": "http://127.0.0.1:9/s.json"}}},
+                 "config": {"endpoint": "embedded"}},
+                "subprocess:run", "builtins:eval", "os.:system", "pkg.1sub:run",
             ])))
     return data
 
@@ -154,7 +178,7 @@ def mutated_data(draw: st.DrawFn) -> Any:
 def mutated_text(draw: st.DrawFn) -> str:
     data = draw(mutated_data())
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-    op = draw(st.sampled_from(["none", "aliases", "alias_bomb", "tags", "bytes"]), label="text_op")
+    op = draw(st.sampled_from(["none", "aliases", "alias_bomb", "alias_bytes", "tags", "bytes"]), label="text_op")
     if op == "aliases":  # anchor the first mapping value and reuse it everywhere
         text = "x-anchor: &a {k: [1, 2, 3]}\n" + text + "x-uses: [" + ", ".join(["*a"] * draw(st.integers(1, 50))) + "]\n"
     elif op == "alias_bomb":
@@ -162,6 +186,9 @@ def mutated_text(draw: st.DrawFn) -> str:
         bomb = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
         bomb += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
         text = "\n".join(bomb) + "\n" + text
+    elif op == "alias_bytes":  # one long string anchored once, repeated by many aliases: few nodes, many bytes
+        size, uses = draw(st.sampled_from([(1000, 50), (100_000, 30), (400_000, 12), (880_000, 900)]))
+        text = "x-big: &big " + "y" * size + "\nx-uses: [" + ", ".join(["*big"] * uses) + "]\n" + text
     elif op == "tags":
         text = text.replace("name:", "name: !!python/object/apply:os.system ['true']\nx-name:", 1)
     elif op == "bytes":
@@ -241,3 +268,25 @@ def test_graph_error_is_the_only_exception_of_compile():
         assert "template-limit" in exc.codes()
     else:  # pragma: no cover
         raise AssertionError("compile accepted a template that exceeds the limits")
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["fifo", "directory", "device", "fifo include"]))
+def test_paths_that_are_not_regular_files_get_a_verdict_at_once(tmp_path_factory, kind: str):
+    import os
+
+    folder = tmp_path_factory.mktemp("special")
+    path = folder / "g.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        os.mkfifo(folder / "p.j2")
+        path.write_text("name: g\nroot: a\nroles:\n  a:\n    system: {file: p.j2}\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "matpo_graph", "validate", str(path)], capture_output=True, text=True,
+                         cwd=REPO, timeout=30)
+    assert out.returncode == 1 and (":1:1 " in out.stderr or ":5:" in out.stderr), out.stderr
+    assert "Traceback" not in out.stderr
