@@ -27,6 +27,7 @@ from typing import Any
 
 from matpo_graph.core.errors import GraphError, SpecIssue
 from matpo_graph.core.program import CreditPlan, Program
+from matpo_graph.core.registry import LOSS_AGGREGATIONS
 from matpo_graph.core.spec import Graph
 
 __all__ = [
@@ -71,7 +72,8 @@ _README_FILE = "README.md"
 
 # veRL's loss_agg_mode for each graph option. tree_token_mean is token-mean over per-token weights
 # that the MATPO trainer writes (see matpo_graph.verl_target.weights).
-LOSS_AGG_MODES = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean", "tree_token_mean": "token-mean"}
+LOSS_AGG_MODES = LOSS_AGGREGATIONS.implemented_by(
+    {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean", "tree_token_mean": "token-mean"})
 KL_LOSS_TYPES = {"k1": "kl", "k3": "low_var_kl"}
 # veRL always applies dual-clip to negative advantages; a bound above exp(20) (its ratio clamp)
 # switches it off exactly.

@@ -43,7 +43,7 @@ def _fail(message: str) -> int:
 
 def _viz(args: argparse.Namespace) -> int:
     from matpo_graph.core.errors import GraphError
-    from matpo_graph.viz.graph_model import load_view
+    from matpo_graph.viz.graph_load import load_view
     from matpo_graph.viz.graph_render import GRAPH_FORMATS, write_graph_picture
 
     if args.output.suffix.lower() not in GRAPH_FORMATS:

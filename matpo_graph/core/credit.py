@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from matpo_graph.core.program import CreditPlan
+from matpo_graph.core.registry import CREDIT_STRATEGIES
 from matpo_graph.core.rollout import RolloutTree, Trajectory
 from matpo_graph.core.trust import TrustPolicy, UntrustedCodeError, active_trust
 
@@ -207,11 +208,11 @@ def role_normalized(batch: CreditBatch) -> StrategyResult:
     return StrategyResult(advantages, metrics)
 
 
-BUILTIN_STRATEGIES: dict[str, CreditStrategy] = {
+BUILTIN_STRATEGIES: dict[str, CreditStrategy] = CREDIT_STRATEGIES.implemented_by({
     "broadcast": broadcast,
     "root_only": root_only,
     "role_normalized": role_normalized,
-}
+})
 
 _CUSTOM_HINT = (
     "use one of: {names}; or a custom strategy as 'package.module:function' taking a CreditBatch and "

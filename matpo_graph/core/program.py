@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from matpo_graph.core.registry import ADVANTAGE_NORMALIZATIONS, LOSS_AGGREGATIONS, POLICY_KINDS
+
 __all__ = [
     "RUNTIME_VARIABLES",
     "RUNTIME_VARIABLE_DOCS",
@@ -76,7 +78,7 @@ class PolicyProgram(_Data):
     """
 
     name: str
-    kind: Literal["shared", "lora", "separate"]
+    kind: Literal[POLICY_KINDS.names]  # type: ignore[valid-type]
     rank: int | None = Field(default=None, description="lora: adapter rank.")
     alpha: float | None = Field(default=None, description="lora: scaling numerator (alpha / rank).")
     dropout: float | None = Field(default=None, description="lora: dropout on the adapter's input.")
@@ -155,10 +157,10 @@ class CreditPlan(_Data):
     group_by: Literal["question"] = "question"
     group_size: int
     strategy: str
-    normalization: Literal["std", "mean_only"]
+    normalization: Literal[ADVANTAGE_NORMALIZATIONS.names]  # type: ignore[valid-type]
     epsilon: float
     single_member: Literal["zero", "passthrough"]
-    loss_agg: Literal["tree_token_mean", "token_mean", "seq_mean_token_mean"]
+    loss_agg: Literal[LOSS_AGGREGATIONS.names]  # type: ignore[valid-type]
     clip_ratio_low: float
     clip_ratio_high: float
     dual_clip: float | None

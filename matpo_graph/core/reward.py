@@ -22,6 +22,7 @@ from typing import Any
 from matpo_graph.core.answer import extract_answer
 from matpo_graph.core.format_score import tree_format_score
 from matpo_graph.core.program import CreditPlan
+from matpo_graph.core.registry import LOCAL_SCORER_NAMES, SCORERS
 from matpo_graph.core.rollout import RewardBreakdown, RolloutTree
 from matpo_graph.core.trust import TrustPolicy, import_trusted, is_code_ref
 
@@ -115,12 +116,12 @@ def numeric_score(prediction: str, golds: Sequence[str], *, tolerance: float = 1
     return 0.0
 
 
-LOCAL_SCORERS: dict[str, Scorer] = {
+LOCAL_SCORERS: dict[str, Scorer] = SCORERS.implemented_by({
     "exact_match": exact_match_score,
     "f1": f1_score,
     "contains": contains_score,
     "numeric": numeric_score,
-}
+}, subset=LOCAL_SCORER_NAMES)
 
 
 ComputeScore = Callable[..., Any]

@@ -13,6 +13,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from matpo_graph.core.registry import (
+    ADVANTAGE_NORMALIZATIONS,
+    CREDIT_STRATEGIES,
+    LOCAL_SCORER_NAMES,
+    LOSS_AGGREGATIONS,
+    POLICY_KINDS,
+    SCORERS,
+)
 from matpo_graph.core.trust import is_code_ref
 
 __all__ = [
@@ -41,7 +49,7 @@ NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 _TEMPLATE_FILE_SUFFIXES = (".j2", ".jinja", ".jinja2", ".txt", ".md")
 
-BUILTIN_SCORERS: tuple[str, ...] = ("exact_match", "f1", "contains", "numeric", "judge")
+BUILTIN_SCORERS: tuple[str, ...] = SCORERS.names
 
 DEFAULT_POLICY = "shared"
 """The policy of roles without `policy:` when the graph declares no `shared` policy of its own."""
@@ -192,7 +200,7 @@ class JudgeSpec(_Strict):
     api_key_env: str | None = Field(default=None, description="Environment variable holding the API key (never logged).")
     retries: int = Field(default=2, ge=0, le=10, description="Retries before falling back to the local scorer.")
     timeout_s: float = Field(default=30.0, gt=0, description="Timeout of one judge request in seconds.")
-    fallback: Literal["exact_match", "f1", "contains", "numeric"] = Field(default="contains", description="Local scorer used when the judge fails.")
+    fallback: Literal[LOCAL_SCORER_NAMES] = Field(default="contains", description="Local scorer used when the judge fails.")  # type: ignore[valid-type]
 
 
 class AccuracySpec(_Strict):
@@ -200,7 +208,7 @@ class AccuracySpec(_Strict):
 
     scorer: str = Field(
         default="exact_match",
-        description="How the final answer is compared with the gold aliases: exact_match, f1, contains, numeric, judge, or a custom "
+        description=f"How the final answer is compared with the gold aliases: {SCORERS.described()}; or a custom "
         "'module:function' with veRL's compute_score(data_source, solution_str, ground_truth, extra_info) signature "
         "returning a number in [0, 1] (or a dict with 'score'); custom code runs only when the user trusts it.",
     )
@@ -213,7 +221,7 @@ class AccuracySpec(_Strict):
     def _known_scorer(cls, v: str) -> str:
         if v in BUILTIN_SCORERS or is_code_ref(v):
             return v
-        raise ValueError(f"unknown scorer {v!r}: use {', '.join(BUILTIN_SCORERS)} or a custom 'module:function'")
+        raise ValueError(f"unknown scorer {v!r}: use {SCORERS.choices()}")
 
     @model_validator(mode="after")
     def _judge_needs_config(self) -> "AccuracySpec":
@@ -254,18 +262,18 @@ class CreditSpec(_Strict):
 
     strategy: str = Field(
         default="broadcast",
-        description="broadcast (MATPO), root_only, role_normalized, or a custom 'module:function'.",
+        description=f"{CREDIT_STRATEGIES.described()}; or a custom 'module:function'.",
     )
-    normalization: Literal["std", "mean_only"] = Field(default="std", description="GRPO: divide by the group's unbiased std, or only subtract the mean.")
+    normalization: Literal[ADVANTAGE_NORMALIZATIONS.names] = Field(default="std", description=ADVANTAGE_NORMALIZATIONS.described())  # type: ignore[valid-type]
     group_size: int = Field(default=4, ge=1, le=1024, description="Root rollouts per question (G).")
     epsilon: float = Field(default=1e-6, gt=0.0, description="Added to the group std before dividing.")
     single_member: Literal["zero", "passthrough"] = Field(
         default="zero",
         description="A group of one gets advantage 0 (zero) or its raw score (passthrough, as verl does).",
     )
-    loss_agg: Literal["tree_token_mean", "token_mean", "seq_mean_token_mean"] = Field(
+    loss_agg: Literal[LOSS_AGGREGATIONS.names] = Field(  # type: ignore[valid-type]
         default="tree_token_mean",
-        description="tree_token_mean (paper): per tree, sum over its tokens / its generated tokens, then mean over trees; token_mean: one global token mean; seq_mean_token_mean: mean over trajectories of their token means.",
+        description=LOSS_AGGREGATIONS.described(),
     )
     clip_ratio_low: float = Field(default=0.2, gt=0.0, lt=1.0, description="PPO clip range below 1 (ratio >= 1 - low).")
     clip_ratio_high: float = Field(default=0.2, gt=0.0, description="PPO clip range above 1 (ratio <= 1 + high).")
@@ -275,11 +283,9 @@ class CreditSpec(_Strict):
     @field_validator("strategy")
     @classmethod
     def _known_or_import_path(cls, v: str) -> str:
-        if v in ("broadcast", "root_only", "role_normalized"):
+        if v in CREDIT_STRATEGIES or is_code_ref(v):
             return v
-        if is_code_ref(v):
-            return v
-        raise ValueError(f"unknown credit strategy {v!r}: use broadcast, root_only, role_normalized or 'module:function'")
+        raise ValueError(f"unknown credit strategy {v!r}: use {CREDIT_STRATEGIES.choices()}")
 
 
 class Limits(_Strict):
@@ -320,10 +326,7 @@ class PolicySpec(_Strict):
     Fields that do not belong to the policy's kind are reported by validation, at their own line.
     """
 
-    kind: Literal["shared", "lora", "separate"] = Field(
-        description="shared: the one set of weights every role without `policy:` uses (the default); lora: one adapter "
-        "on the shared base model, trained only on its roles' tokens; separate: a model of its own.",
-    )
+    kind: Literal[POLICY_KINDS.names] = Field(description=POLICY_KINDS.described() + ".")  # type: ignore[valid-type]
     description: str = Field(default="", description="What this policy is for; shown in drawings.")
     rank: int | None = Field(default=None, ge=1, le=1024, description="lora: adapter rank (default 8).")
     alpha: float | None = Field(default=None, gt=0.0, description="lora: scaling numerator, the update is scaled by alpha / rank (default 2 x rank).")

@@ -33,17 +33,30 @@ import networkx as nx
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from matpo_graph.core.addresses import http_url_problem
 from matpo_graph.core.errors import SpecIssue, did_you_mean
-from matpo_graph.core.program import RUNTIME_VARIABLES
 from matpo_graph.core.policies import policy_issues
+from matpo_graph.core.program import RUNTIME_VARIABLES
+from matpo_graph.core.registry import CREDIT_STRATEGIES
 from matpo_graph.core.schemas import schema_problems
-from matpo_graph.core.spec import BUILTIN_SCORERS, CreditSpec, Edge, ExampleMessage, Graph, Limits, PolicySpec, RewardSpec, Role, TemplateRef, ToolSpec
+from matpo_graph.core.spec import (
+    BUILTIN_SCORERS,
+    CreditSpec,
+    Edge,
+    ExampleMessage,
+    Graph,
+    Limits,
+    PolicySpec,
+    RewardSpec,
+    Role,
+    TemplateRef,
+    ToolSpec,
+)
 from matpo_graph.core.template_limits import RENDER_SECONDS, TemplateLimitError
 from matpo_graph.core.templates import TemplateIncludeError, read_inside, render, resolve_template, undeclared_variables
-from matpo_graph.core.addresses import http_url_problem
 from matpo_graph.core.toolconfig import ToolConfigProblem, parse_tool_config
-from matpo_graph.core.yaml_loader import has_surrogate
 from matpo_graph.core.trust import TrustPolicy, active_trust, code_ref_problem, literal_host_problem
+from matpo_graph.core.yaml_loader import has_surrogate
 
 __all__ = ["Partial", "ExampleError", "load_examples", "sample_variables", "semantic_issues", "trust_issues", "validate_examples"]
 
@@ -165,7 +178,7 @@ def trust_issues(g: Partial, trust: TrustPolicy) -> list[SpecIssue]:
             key_loc: Loc = (*where, "api_key_env") if "api_key_env" in tool.config else (*where, "endpoint")
             secret(key_loc, settings["api_key_env"], endpoint)
     if g.credit is not None:
-        code(("credit", "strategy"), g.credit.strategy, ("broadcast", "root_only", "role_normalized"))
+        code(("credit", "strategy"), g.credit.strategy, CREDIT_STRATEGIES.names)
     if g.reward is not None:
         accuracy = g.reward.accuracy
         code(("reward", "accuracy", "scorer"), accuracy.scorer, BUILTIN_SCORERS)

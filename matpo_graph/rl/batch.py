@@ -32,6 +32,7 @@ from typing import Literal
 import torch
 
 from matpo_graph.core.credit import TrajKey, token_advantages
+from matpo_graph.core.registry import LOSS_AGGREGATIONS
 from matpo_graph.core.rollout import RolloutTree
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
     "split_minibatches",
 ]
 
-LossAgg = Literal["tree_token_mean", "token_mean", "seq_mean_token_mean"]
+LossAgg = Literal[LOSS_AGGREGATIONS.names]  # type: ignore[valid-type]
 
 
 class PackError(ValueError):
@@ -122,6 +123,31 @@ _TENSOR_FIELDS = (
 )  # fmt: skip
 
 
+def _token_mean(row_tokens: Sequence[int], row_tree: Sequence[int]) -> list[float]:
+    total = sum(row_tokens)
+    return [1.0 / total if n else 0.0 for n in row_tokens]
+
+
+def _seq_mean_token_mean(row_tokens: Sequence[int], row_tree: Sequence[int]) -> list[float]:
+    rows = sum(1 for n in row_tokens if n)
+    return [1.0 / (rows * n) if n else 0.0 for n in row_tokens]
+
+
+def _tree_token_mean(row_tokens: Sequence[int], row_tree: Sequence[int]) -> list[float]:
+    per_tree: dict[int, int] = {}
+    for n, tree in zip(row_tokens, row_tree, strict=True):
+        per_tree[tree] = per_tree.get(tree, 0) + n
+    trees = sum(1 for n in per_tree.values() if n)
+    return [1.0 / (trees * per_tree[tree]) if n else 0.0 for n, tree in zip(row_tokens, row_tree, strict=True)]
+
+
+_ROW_WEIGHTS = LOSS_AGGREGATIONS.implemented_by({
+    "tree_token_mean": _tree_token_mean,
+    "token_mean": _token_mean,
+    "seq_mean_token_mean": _seq_mean_token_mean,
+})
+
+
 def row_weights(row_tokens: Sequence[int], row_tree: Sequence[int], loss_agg: LossAgg) -> list[float]:
     """Per-row weight of each trained token, so that ``loss = sum(weight * token_loss)``.
 
@@ -134,21 +160,10 @@ def row_weights(row_tokens: Sequence[int], row_tree: Sequence[int], loss_agg: Lo
     """
     if len(row_tokens) != len(row_tree):
         raise PackError(f"row_tokens and row_tree differ in length: {len(row_tokens)} vs {len(row_tree)}")
-    if loss_agg == "token_mean":
-        total = sum(row_tokens)
-        return [1.0 / total if n else 0.0 for n in row_tokens]
-    if loss_agg == "seq_mean_token_mean":
-        rows = sum(1 for n in row_tokens if n)
-        return [1.0 / (rows * n) if n else 0.0 for n in row_tokens]
-    if loss_agg == "tree_token_mean":
-        per_tree: dict[int, int] = {}
-        for n, tree in zip(row_tokens, row_tree, strict=True):
-            per_tree[tree] = per_tree.get(tree, 0) + n
-        trees = sum(1 for n in per_tree.values() if n)
-        return [1.0 / (trees * per_tree[tree]) if n else 0.0 for n, tree in zip(row_tokens, row_tree, strict=True)]
-    raise PackError(
-        f"unknown loss aggregation {loss_agg!r}: expected tree_token_mean, token_mean or seq_mean_token_mean"
-    )
+    weights = _ROW_WEIGHTS.get(loss_agg)
+    if weights is None:
+        raise PackError(f"unknown loss aggregation {loss_agg!r}: expected {LOSS_AGGREGATIONS.choices()}")
+    return weights(row_tokens, row_tree)
 
 
 def pack_trees(

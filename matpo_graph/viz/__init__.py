@@ -7,7 +7,8 @@ chromium (headless chromium over DevTools, for checks and benchmarks).
 
 from __future__ import annotations
 
-from matpo_graph.viz.graph_model import GraphView, load_view, view_from_graph, view_from_program
+from matpo_graph.viz.graph_load import load_view
+from matpo_graph.viz.graph_model import GraphView, view_from_graph, view_from_program
 from matpo_graph.viz.graph_render import GRAPH_FORMATS, write_graph_picture
 from matpo_graph.viz.show_data import ShowData, ShowInputError, collect_show_data
 from matpo_graph.viz.show_page import show_page, write_show_page

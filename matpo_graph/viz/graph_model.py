@@ -7,14 +7,13 @@ points `matpo-graph viz` at a graph file or at a compiled folder.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matpo_graph.core.program import CreditPlan, Program
     from matpo_graph.core.spec import Graph
 
-__all__ = ["EdgeView", "GraphView", "RoleView", "ToolView", "load_view", "view_from_graph", "view_from_program"]
+__all__ = ["EdgeView", "GraphView", "RoleView", "ToolView", "view_from_graph", "view_from_program"]
 
 
 @dataclass(frozen=True)
@@ -198,23 +197,3 @@ def view_from_program(program: "Program", plan: "CreditPlan | None" = None) -> G
         summary_reserve=program.summary_reserve,
         credit=credit,
     )
-
-
-def load_view(path: str | Path) -> GraphView:
-    """Load a graph YAML file (validated by the project's loader) or a compiled folder into a view.
-
-    Raises:
-        matpo_graph.core.errors.GraphError: the graph file or compiled folder is invalid.
-        FileNotFoundError: nothing at ``path``.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such graph file or compiled folder")
-    if path.is_dir():
-        from matpo_graph.compilers.local import load_program
-
-        program, plan = load_program(path)
-        return view_from_program(program, plan)
-    from matpo_graph.core.loader import load_graph
-
-    return view_from_graph(load_graph(path))

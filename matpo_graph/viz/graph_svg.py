@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from html import escape
 
-from matpo_graph.viz.graph_layout import CHAR_W, FONT_PX, HEADER_LINE_H, LINE_H, MARGIN, PAD_X, PAD_Y, TITLE_H, GraphLayout
+from matpo_graph.viz.graph_layout import (
+    CHAR_W,
+    FONT_PX,
+    HEADER_LINE_H,
+    LINE_H,
+    MARGIN,
+    PAD_X,
+    PAD_Y,
+    TITLE_H,
+    GraphLayout,
+)
 
 __all__ = ["COLORS", "FONT_FAMILY", "layout_to_svg"]
 
