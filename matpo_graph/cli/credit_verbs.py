@@ -13,12 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from matpo_graph.cli.output import EXIT_USAGE, fail
+
 __all__ = ["register"]
-
-
-def _fail(message: str) -> int:
-    print(message, file=sys.stderr)
-    return 2
 
 
 def _load_plan(args: argparse.Namespace, trees: list[Any]) -> Any:
@@ -128,11 +125,11 @@ def _cmd_credit(args: argparse.Namespace) -> int:
     try:
         trees = read_trees(args.trees)
     except (OSError, ValueError) as exc:
-        return _fail(f"error: cannot read rollout trees from {args.trees}: {exc}")
+        return fail(f"error: cannot read rollout trees from {args.trees}: {exc}", EXIT_USAGE)
     try:
         plan = _load_plan(args, trees)
     except Exception as exc:  # GraphError, validation errors, missing files: all reported the same way
-        return _fail(f"error: cannot load the credit plan: {exc}")
+        return fail(f"error: cannot load the credit plan: {exc}", EXIT_USAGE)
     if args.strategy:
         plan = plan.model_copy(update={"strategy": args.strategy})
     if ":" in plan.strategy and "" not in sys.path and str(Path.cwd()) not in sys.path:
@@ -145,7 +142,7 @@ def _cmd_credit(args: argparse.Namespace) -> int:
         try:
             trees, metrics = assign_credit(trees, plan, warn=False, strategy=args.strategy or None)  # typed by the user
         except CreditError as exc:
-            return _fail(f"error: {exc}")
+            return fail(f"error: {exc}", EXIT_USAGE)
     rows = _rows(trees)
     if args.json:
         print(json.dumps({"rows": rows, "metrics": metrics}, indent=2))

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 import sys
 import typing
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
+
+from matpo_graph.cli.output import EXIT_USAGE, fail, show, terminal_safe
 
 __all__ = ["dsl_reference_markdown", "graph_json_schema", "preview_variables", "register", "schema_text", "terminal_safe"]
 
@@ -167,40 +168,7 @@ def dsl_reference_markdown() -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- terminal output
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def terminal_safe(text: str) -> str:
-    """`text` with control characters (C0 but newline and tab, DEL, C1), bidirectional overrides and
-    lone surrogates written as escapes: a graph's text cannot drive the terminal (an OSC 52 sequence
-    would write the clipboard, others move the cursor or rewrite what was printed)."""
-    return _CONTROL.sub(_escape, text)
-
-
-def _show(text: str, stream: TextIO | None = None) -> None:
-    """Print graph-derived text: escaped on a terminal, exact elsewhere (lone surrogates, which no
-    encoding can write, are escaped everywhere)."""
-    stream = stream if stream is not None else sys.stdout
-    isatty = getattr(stream, "isatty", None)
-    text = terminal_safe(text) if isatty is not None and isatty() else _SURROGATE.sub(_escape, text)
-    print(text, file=stream)
-
-
 # --------------------------------------------------------------------------- verbs
-
-
-def _fail(message: str) -> int:
-    _show(message, sys.stderr)
-    return 1
 
 
 def _n(items: Any, noun: str) -> str:
@@ -215,11 +183,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         check = check_graph(path)
         for issue in check.issues:
             if issue.severity == "error" or not args.quiet:
-                _show(issue.render(check.file), sys.stderr)
+                show(issue.render(check.file), sys.stderr)
         if check.ok and check.graph is not None:
             g = check.graph
             if not args.quiet:
-                _show(f"{path}: ok ({_n(g.roles, 'role')}, {_n(g.tools, 'tool')}, {_n(g.edges, 'edge')})")
+                show(f"{path}: ok ({_n(g.roles, 'role')}, {_n(g.tools, 'tool')}, {_n(g.edges, 'edge')})")
         else:
             bad += 1
     if bad and len(args.graphs) > 1:
@@ -235,7 +203,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if args.check:
         if not out.is_file() or out.read_text(encoding="utf-8") != text:
-            return _fail(f"{out} is out of date; regenerate it with: matpo-graph schema {'--markdown ' if args.markdown else ''}-o {out}")
+            return fail(f"{out} is out of date; regenerate it with: matpo-graph schema {'--markdown ' if args.markdown else ''}-o {out}")
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
@@ -297,21 +265,21 @@ def _cmd_render(args: argparse.Namespace) -> int:
         program, _ = load_program(args.graph)
         overrides = _parse_vars(args.var or [])
     except GraphError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except ValueError as exc:
-        return _fail(f"error: {exc}")
+        return fail(f"error: {exc}", EXIT_USAGE)
     if args.role not in program.roles:
-        return _fail(f"error: no role {args.role!r} in {args.graph}; roles: {', '.join(program.roles)}")
+        return fail(f"error: no role {args.role!r} in {args.graph}; roles: {', '.join(program.roles)}", EXIT_USAGE)
     values = preview_variables(program, args.role, overrides)
     rp = program.roles[args.role]
     parts = [("system", rp.system), ("user", rp.user)] + ([("summary", rp.summary)] if args.summary else [])
     try:
         for title, template in parts:
             text = render(template.source, values)
-            _show(f"===== {args.role}: {title} ({template.origin}) =====")
-            _show(text)
+            show(f"===== {args.role}: {title} ({template.origin}) =====")
+            show(text)
     except Exception as exc:  # noqa: BLE001 (a template error is reported, not a crash)
-        return _fail(f"error: rendering failed: {type(exc).__name__}: {exc}")
+        return fail(f"error: rendering failed: {type(exc).__name__}: {exc}")
     return 0
 
 
@@ -325,20 +293,21 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         graph = load_graph(graph_path)
         program, plan = write_compiled(graph, graph_path.parent, Path(args.output))
     except GraphError as exc:
-        return _fail(str(exc))
-    _show(f"compiled {graph_path} -> {args.output} (sha256 {program.graph_sha256[:12]})")
+        return fail(str(exc))
+    show(f"compiled {graph_path} -> {args.output} (sha256 {program.graph_sha256[:12]})")
     if args.target == "verl":
         try:
             verl = importlib.import_module("matpo_graph.compilers.verl")
         except ModuleNotFoundError as exc:
             if exc.name != "matpo_graph.compilers.verl":
                 raise
-            return _fail("error: the verl target is not available in this installation (matpo_graph.compilers.verl is missing)")
+            return fail("error: the verl target is not available in this installation (matpo_graph.compilers.verl is missing)",
+                        EXIT_USAGE)
         try:
             verl.compile_verl_bundle(graph, program, plan, Path(args.output), graph_path=graph_path,
                                      device=getattr(args, "device", None) or "cuda")
         except (GraphError, ValueError) as exc:
-            return _fail(f"error: cannot build the veRL bundle: {exc}")
+            return fail(f"error: cannot build the veRL bundle: {exc}")
         print(f"wrote the veRL bundle into {args.output}")
     return 0
 

@@ -8,8 +8,8 @@ dotted Hydra overrides (``trainer: {logger: [console]}`` -> ``trainer.logger=['c
 
 from __future__ import annotations
 
-import difflib
 import argparse
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any

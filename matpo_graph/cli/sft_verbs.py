@@ -78,10 +78,10 @@ def _load(graph: str) -> tuple[Any, Any] | None:
 
 
 def _sft(args: argparse.Namespace) -> int:
-    from matpo_graph.core.rollout import read_trees
-    from matpo_graph.runtime.models import ModelError, resolve_model
     from matpo_graph.coldstart.expert_plan import ExpertUnsupported
     from matpo_graph.coldstart.sft import run_sft
+    from matpo_graph.core.rollout import read_trees
+    from matpo_graph.runtime.models import ModelError, resolve_model
 
     loaded = _load(args.graph)
     if loaded is None:
@@ -112,10 +112,10 @@ def _sft(args: argparse.Namespace) -> int:
 
 
 def _demos(args: argparse.Namespace) -> int:
-    from matpo_graph.core.rollout import write_trees
-    from matpo_graph.runtime.models import ModelError, resolve_model
     from matpo_graph.coldstart.demonstrations import make_demos
     from matpo_graph.coldstart.expert_plan import ExpertUnsupported
+    from matpo_graph.core.rollout import write_trees
+    from matpo_graph.runtime.models import ModelError, resolve_model
 
     loaded = _load(args.graph)
     if loaded is None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from matpo_graph.cli.output import EXIT_USAGE, fail
 
 __all__ = ["register"]
 
@@ -36,24 +37,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     show.set_defaults(func=_show)
 
 
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
-
-
 def _viz(args: argparse.Namespace) -> int:
     from matpo_graph.core.errors import GraphError
     from matpo_graph.viz.graph_load import load_view
     from matpo_graph.viz.graph_render import GRAPH_FORMATS, write_graph_picture
 
     if args.output.suffix.lower() not in GRAPH_FORMATS:
-        return _fail(f"{args.output}: the output must end in one of {', '.join(GRAPH_FORMATS)}")
+        return fail(f"error: {args.output}: the output must end in one of {', '.join(GRAPH_FORMATS)}", EXIT_USAGE)
     try:
         view = load_view(args.graph)
-    except (FileNotFoundError, GraphError) as exc:  # GraphError messages name the file and line already
-        return _fail(str(exc))
-    except ValueError as exc:
-        return _fail(f"{args.graph}: {exc}")
+    except FileNotFoundError as exc:
+        return fail(f"error: {exc}", EXIT_USAGE)
+    except GraphError as exc:  # its messages name the file and line already
+        return fail(f"error: {exc}")
+    except ValueError as exc:  # a compiled folder that cannot be read
+        return fail(f"error: {args.graph}: {exc}", EXIT_USAGE)
     out = write_graph_picture(view, args.output)
     print(f"wrote {out}")
     return 0
@@ -71,13 +69,15 @@ def _show(args: argparse.Namespace) -> int:
     from matpo_graph.viz.show_page import write_show_page
 
     if args.output is not None and args.output.suffix.lower() not in (".html", ".htm"):
-        return _fail(f"{args.output}: the page must end in .html")
+        return fail(f"error: {args.output}: the page must end in .html", EXIT_USAGE)
     try:
         data = collect_show_data(args.source, step=args.step, graph=args.graph)
     except ShowInputError as exc:
-        return _fail(str(exc))
-    except (GraphError, ValueError) as exc:
-        return _fail(str(exc))
+        return fail(f"error: {exc}", EXIT_USAGE)
+    except GraphError as exc:  # --graph missing (not run as asked) or invalid
+        return fail(f"error: {exc}", EXIT_USAGE if args.graph is not None and not Path(args.graph).exists() else 1)
+    except ValueError as exc:  # a rollout file that is not trees
+        return fail(f"error: {exc}", EXIT_USAGE)
     out = write_show_page(data, args.output or _default_output(args.source, data.summary["step"]))
     s = data.summary
     print(f"wrote {out}: {len(s['trees'])} trees in {len(s['groups'])} groups; credit: {s['credit']['note']}")

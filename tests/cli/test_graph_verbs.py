@@ -109,7 +109,7 @@ def test_render_prints_system_and_user(capsys: pytest.CaptureFixture[str]):
 
 
 def test_render_unknown_role_exits_1(capsys: pytest.CaptureFixture[str]):
-    assert main(["render", str(REPO / "graphs" / "deep_search.yaml"), "--role", "nobody"]) == 1
+    assert main(["render", str(REPO / "graphs" / "deep_search.yaml"), "--role", "nobody"]) == 2  # a flag naming nothing
     assert "roles: planner, browser" in capsys.readouterr().err
 
 
@@ -127,7 +127,7 @@ def test_compile_invalid_graph_exits_1(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_compile_verl_target_missing_module_is_a_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     monkeypatch.setitem(sys.modules, "matpo_graph.compilers.verl", None)
-    assert main(["compile", str(REPO / "graphs" / "deep_search.yaml"), "-o", str(tmp_path), "--target", "verl"]) == 1
+    assert main(["compile", str(REPO / "graphs" / "deep_search.yaml"), "-o", str(tmp_path), "--target", "verl"]) == 2  # a missing extra
     assert "verl target is not available" in capsys.readouterr().err
 
 

@@ -37,12 +37,12 @@ def test_viz_compiled_folder(tmp_path):
     assert "search_and_browse ×4" in text and "replan ×1" in text
 
 
-def test_viz_invalid_graph_reports_and_exits_2(tmp_path, capsys):
+def test_viz_invalid_graph_reports_and_exits_1(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     data = rich_graph()
     data["roles"]["planner"]["max_turns"] = "many"
     bad.write_text(yaml.safe_dump(data))
-    assert main(["viz", str(bad), "-o", str(tmp_path / "x.svg")]) == 2
+    assert main(["viz", str(bad), "-o", str(tmp_path / "x.svg")]) == 1  # invalid graph, as validate
     err = capsys.readouterr().err
     assert "max_turns" in err and "bad.yaml" in err
     assert not (tmp_path / "x.svg").exists()
