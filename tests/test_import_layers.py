@@ -115,3 +115,28 @@ def test_the_checker_sees_lazy_and_type_checking_imports(tmp_path: Path):
     known = {"p.a", "p.b"}
     graph = {"p.a": _imports("p.a", a, known), "p.b": _imports("p.b", b, known)}
     assert _cycles(graph) == [["p.a", "p.b"]]
+
+
+# Modules run as programs (`python -m ...`): their `main` may parse argv and print.
+PROGRAMS = {"matpo_graph.__main__", "matpo_graph.verl_target.smoke"}
+
+
+def _talks_to_the_terminal(path: Path) -> list[str]:
+    """`print(...)` calls and argparse/sys.argv uses in a module, as 'line: what'."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            found.append(f"{node.lineno}: print")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                a.name == "argparse" for a in node.names) | (getattr(node, "module", None) == "argparse"):
+            found.append(f"{node.lineno}: argparse")
+        elif isinstance(node, ast.Attribute) and node.attr == "argv" and isinstance(node.value, ast.Name) and node.value.id == "sys":
+            found.append(f"{node.lineno}: sys.argv")
+    return found
+
+
+def test_library_code_never_parses_argv_or_prints():
+    """Verbs in cli/ own the terminal; the library reports through logging and return values."""
+    offenders = {name: _talks_to_the_terminal(path) for name, path in _modules().items()
+                 if not name.startswith("matpo_graph.cli") and name not in PROGRAMS}
+    assert {name: found for name, found in offenders.items() if found} == {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -48,9 +49,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StdoutLines(logging.StreamHandler):  # type: ignore[type-arg]
+    """Message-only lines on whatever sys.stdout is when a record arrives (callers and tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stdout
+        super().emit(record)
+
+
+def _show_library_messages() -> None:
+    """The library reports progress through `logging` (it never prints); the CLI shows those lines as they are."""
+    logger = logging.getLogger("matpo_graph")
+    if not any(isinstance(h, _StdoutLines) for h in logger.handlers):
+        handler = _StdoutLines()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from matpo_graph.cli.overrides import parse_command_line
 
+    _show_library_messages()
     parser = build_parser()
     args = parse_command_line(parser, argv)  # key=value items may stand anywhere on the line
     from matpo_graph.cli.trust_options import apply_trust_options  # noqa: PLC0415

@@ -147,7 +147,8 @@ def _train(args: argparse.Namespace) -> int:
     src = Path(args.graph)
     if args.engine == "verl":
         from matpo_graph.cli.overrides import config_file_values, hydra_overrides
-        from matpo_graph.verl_target.launch import Warmstart, launch_verl
+        from matpo_graph.cli.verl_launch import launch_verl
+        from matpo_graph.verl_target.launch import Warmstart
 
         try:
             extra = hydra_overrides(config_file_values(args.config)) if args.config else []

@@ -12,6 +12,7 @@ trajectories' first turns were drilled), ``metrics_sft.jsonl`` (one row per opti
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Collection, Sequence
@@ -23,6 +24,8 @@ from matpo_graph.coldstart.defaults import WARMUP_DEMOS, WARMUP_DRILLS, WARMUP_E
 from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
 from matpo_graph.model.precision import resolve_precision
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SFTSettings", "run_sft", "train_sft"]
 
@@ -130,7 +133,7 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
     metrics_path = out / "metrics_sft.jsonl"
     metrics_path.write_text("")
 
-    def log(row: dict[str, Any]) -> None:
+    def log_row(row: dict[str, Any]) -> None:
         with metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
 
@@ -146,6 +149,7 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
     model.model.train()
     step, stopped = 0, False
     bar = _progress(progress)
+    plain_every = max(1, total_steps // 10)  # a log file gets about ten lines, a terminal the bar
     with bar:
         task = bar.add_task("warm-up", total=total_steps, loss=float("nan"))
         for epoch in range(1, s.epochs + 1):
@@ -172,10 +176,12 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
                        "trained_tokens": n_trained, "tokens": sum(len(ex) for ex in batch),
                        "lr": optimizer.param_groups[0]["lr"], "grad_norm": grad_norm,
                        "seconds": time.perf_counter() - t_start, "cpu_seconds": time.process_time() - cpu_start}
-                log(row)
+                log_row(row)
                 bar.update(task, advance=1, loss=row["loss"])
+                if progress and not bar.console.is_terminal and (step % plain_every == 0 or step == total_steps):
+                    log.info("warm-up step %d/%d: loss %.3f, %.0fs", step, total_steps, row["loss"], row["seconds"])
             if loss_tokens:
-                log({"kind": "epoch", "epoch": epoch, "loss": loss_sum / loss_tokens, "trained_tokens": loss_tokens,
+                log_row({"kind": "epoch", "epoch": epoch, "loss": loss_sum / loss_tokens, "trained_tokens": loss_tokens,
                      "tokens": seen, "seconds": time.perf_counter() - t_epoch})
             if stopped:
                 break
@@ -187,7 +193,7 @@ def train_sft(trees: Sequence[RolloutTree], *, model_dir: str | Path, out_dir: s
     model.clear_cache()
     path = save_model_folder(model.model, model_dir, out / "model", info_name="matpo_graph_sft.json", info=summary)
     summary["checkpoint"] = str(path)
-    log(summary)
+    log_row(summary)
     return path
 
 
@@ -265,7 +271,7 @@ def run_sft(
             raise ValueError(f"the expert produced no full-reward demonstration out of {batch.tried} tries "
                              f"(rejected: {batch.rejected}); check the embedded web and the graph's tools")
         if progress:
-            print(f"expert: {batch.describe()} in {time.perf_counter() - t0:.1f}s")
+            log.info("expert: %s in %.1fs", batch.describe(), time.perf_counter() - t0)
     # only drills need the expert's view of the roles; ready-made trees may come from a graph it cannot play
     whole_roles = sorted(role for role, strategy in plan_expert(program).items() if strategy.kind == "delegate") if openings else []
     if max_trained_tokens is not None:
@@ -274,8 +280,8 @@ def run_sft(
         asked = (len(trees), len(openings))
         trees, openings = within_token_budget(trees, openings, max_trained_tokens=max_trained_tokens, whole_roles=whole_roles)
         if progress:
-            print(f"warm-up token budget {max_trained_tokens}: {len(trees)} of {asked[0]} demonstrations and "
-                  f"{len(openings)} of {asked[1]} drill trees")
+            log.info("warm-up token budget %d: %d of %d demonstrations and %d of %d drill trees",
+                     max_trained_tokens, len(trees), asked[0], len(openings), asked[1])
         if not trees:
             raise ValueError(f"a warm-up budget of {max_trained_tokens} trained tokens holds no demonstration")
     write_trees(out / "demos.jsonl", trees)

@@ -7,6 +7,7 @@ the new weights are loaded into the running engine (no restart).
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from matpo_graph.rl.data_order import questions_for_step
 from matpo_graph.rl.interrupt import StopFlag
 from matpo_graph.tracking.metric_names import canonical_row, verl_batch_metrics
 from matpo_graph.tracking.rollout_metrics import rollout_metrics
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LocalTrainer", "TrainResult"]
 
@@ -61,7 +64,7 @@ class LocalTrainer:
 
         ckpt = latest_checkpoint(self.run_dir) if resume else None
         if resume and ckpt is None:
-            print(f"no checkpoint under {self.run_dir}; starting from scratch")
+            log.info("no checkpoint under %s; starting from scratch", self.run_dir)
         init_dir = self._initial_model_dir(skip_warmstart=ckpt is not None)
 
         temperatures = {n: r.temperature for n, r in self.program.roles.items()}
@@ -76,7 +79,7 @@ class LocalTrainer:
             state = load_checkpoint(ckpt, model=optimizer.model, optimizer=optimizer.optimizer)
             self._check_hashes(state)
             start_step = int(state["step"])
-            print(f"resumed from {ckpt} (step {start_step})")
+            log.info("resumed from %s (step %d)", ckpt, start_step)
 
         self.stop.install()
         budget_stop = False
@@ -94,8 +97,8 @@ class LocalTrainer:
                         break
                     if self._over_budget(started, history):
                         budget_stop = True
-                        print(f"time budget of {self.cfg.time_budget_minutes:g} min reached after {last_done} of "
-                              f"{self.cfg.steps} steps; continue with --resume")
+                        log.info("time budget of %g min reached after %d of %d steps; continue with --resume",
+                                 self.cfg.time_budget_minutes, last_done, self.cfg.steps)
                         break
                     row = self._one_step(step, session, optimizer, train_items)
                     if row is None:  # interrupted during rollouts: nothing was changed
@@ -122,7 +125,7 @@ class LocalTrainer:
         finally:
             self.stop.uninstall()
         if self.stop:
-            print(f"stopped by {self.stop.signal_name}; checkpoint at step {last_done} (resume with --resume)")
+            log.info("stopped by %s; checkpoint at step %d (resume with --resume)", self.stop.signal_name, last_done)
         return TrainResult(self.run_dir, last_done, bool(self.stop), history, budget_stop)
 
     # ---------------------------------------------------------------- one RL step
@@ -211,7 +214,7 @@ class LocalTrainer:
             return base
         from matpo_graph.coldstart.sft import run_sft
 
-        print("cold start: supervised warm-up on expert demonstrations (the embedded model cannot call tools yet)")
+        log.info("cold start: supervised warm-up on expert demonstrations (the embedded model cannot call tools yet)")
         return Path(
             run_sft(
                 self.program, self.plan, model_dir=base, out_dir=self.run_dir / "sft", demos=self.cfg.sft_demos,
@@ -233,7 +236,7 @@ class LocalTrainer:
         new = self.program.template_hashes()
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         if changed:
-            print(f"warning: prompt templates changed since the checkpoint: {', '.join(changed)}")
+            log.warning("warning: prompt templates changed since the checkpoint: %s", ", ".join(changed))
 
     def _evaluate(self, session: Any, step: int, history: list[dict[str, Any]]) -> None:
         t0 = time.perf_counter()

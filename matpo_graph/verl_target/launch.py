@@ -12,13 +12,16 @@ The run starts from the same cold start as the local trainer: with the embedded 
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LOG_FILE", "VerlRun", "Warmstart", "default_device", "device_problem", "launch_verl", "prepare_verl_run"]
+log = logging.getLogger(__name__)
+
+__all__ = ["LOG_FILE", "VerlRun", "Warmstart", "default_device", "device_problem", "prepare_verl_run", "run_logged"]
 
 
 @dataclass
@@ -116,8 +119,7 @@ def _initial_model(program, plan, out: Path, warmstart: Warmstart, *, env_seed: 
     from matpo_graph.coldstart.defaults import WARMUP_DEMOS, WARMUP_DRILLS
     from matpo_graph.coldstart.sft import run_sft
 
-    print("cold start: supervised warm-up on expert demonstrations before veRL (the embedded model cannot call tools yet)",
-          flush=True)
+    log.info("cold start: supervised warm-up on expert demonstrations before veRL (the embedded model cannot call tools yet)")
     demos = WARMUP_DEMOS if warmstart.demos is None else warmstart.demos
     drills = WARMUP_DRILLS if warmstart.drills is None else warmstart.drills
     return Path(run_sft(program, plan, model_dir=base, out_dir=out / "warmup", demos=demos, drills=drills, env_seed=env_seed))
@@ -156,55 +158,11 @@ def device_problem(device: str) -> str | None:
     return None
 
 
-def launch_verl(
-    graph_path: str | Path,
-    overrides: list[str],
-    out_dir: str | Path,
-    *,
-    device: str | None = None,
-    warmstart: Warmstart | None = None,
-) -> int:
-    """Compile GRAPH for veRL into `out_dir` and run its launch script; returns the exit status.
-
-    Args:
-        graph_path: a graph YAML or a compiled folder.
-        overrides: hydra overrides for ``verl.trainer.main_ppo`` (they win over the bundle's).
-        out_dir: run folder: ``bundle/``, ``data/``, ``warmup/``, ``checkpoints/``.
-        device: ``cuda`` or ``cpu`` (default: cuda where a GPU is visible, else cpu).
-        warmstart: the cold start when the embedded model is used (default: auto).
-    """
-    from matpo_graph.core.errors import GraphError
-
-    device = device or default_device()
-    problem = device_problem(device)
-    if problem is not None and device == "cpu":  # nothing to hand over to another machine
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    try:
-        run = prepare_verl_run(graph_path, list(overrides), out_dir, device=device, warmstart=warmstart)
-    except GraphError as exc:
-        print(exc.render(), file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    problem = device_problem(device)
-    if problem is not None:
-        print(
-            f"error: {problem}.\nThe bundle is ready in {run.bundle_dir}; on a GPU machine run:\n"
-            f"  {' '.join(f'{k}={v}' for k, v in sorted(run.env.items()) if k != 'PYTHON')} {' '.join(run.argv)}",
-            file=sys.stderr,
-        )
-        return 2
-    print(f"veRL bundle: {run.bundle_dir} (device {device}); log: {run.cwd / LOG_FILE}", flush=True)
-    return _run_logged(run.argv, {**os.environ, **run.env}, run.cwd, run.cwd / LOG_FILE)
-
-
 LOG_FILE = "verl.log"
 """veRL's console output, appended by every launch (a resumed run adds to it); `matpo-graph report` reads it."""
 
 
-def _run_logged(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> int:
+def run_logged(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> int:
     """Run `argv`, echoing its output and appending it to `log`; returns the exit status."""
     with open(log, "ab") as sink:
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

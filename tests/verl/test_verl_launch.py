@@ -10,7 +10,8 @@ import yaml
 pytest.importorskip("verl")
 
 from matpo_graph.cli import main  # noqa: E402
-from matpo_graph.verl_target.launch import Warmstart, launch_verl, prepare_verl_run  # noqa: E402
+from matpo_graph.cli.verl_launch import launch_verl  # noqa: E402
+from matpo_graph.verl_target.launch import Warmstart, prepare_verl_run  # noqa: E402
 
 from verl_helpers import TINY_GRAPH  # noqa: E402
 
