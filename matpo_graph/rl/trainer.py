@@ -80,6 +80,9 @@ class LocalTrainer:
             self._check_hashes(state)
             start_step = int(state["step"])
             log.info("resumed from %s (step %d)", ckpt, start_step)
+            for name, (saved, now) in optimizer.use_configured_lr().items():
+                log.info("learning rate%s: %g as given (the checkpoint's optimizer had %g)",
+                         f" of policy {name}" if name else "", now, saved)
 
         self.stop.install()
         budget_stop = False

@@ -117,6 +117,16 @@ class PolicyOptimizer:
         except TypeError:
             self.forward = None
 
+    def use_configured_lr(self) -> dict[str, tuple[float, float]]:
+        """Set the learning rate this run was given, after a checkpoint's optimizer state brought back its own
+        (AdamW saves `lr` in its param groups); returns {"": (checkpoint's lr, now)} when they differed."""
+        changed: dict[str, tuple[float, float]] = {}
+        for group in self.optimizer.param_groups:
+            if group["lr"] != self.cfg.lr:
+                changed[""] = (float(group["lr"]), float(self.cfg.lr))
+                group["lr"] = self.cfg.lr
+        return changed
+
     def use_padded_reference(self) -> None:
         """Train through the padded, whole-row float32 path instead of the forward engine (the reference
         the engine is checked and benchmarked against)."""
@@ -131,15 +141,15 @@ class PolicyOptimizer:
             minibatches = split_minibatches(batch, self.cfg.optimizer_steps_per_rl_step)
             pack_s = time.perf_counter() - t0
             if self.skip_zero_signal and self.loss_cfg.kl_coef == 0 and not bool((batch.advantages != 0).any()):
-                return self._zero_signal_step(len(minibatches), batch, pack_s)
+                return self._zero_signal_step(len(minibatches) * self.cfg.ppo_epochs, batch, pack_s)
             return self._engine_step(batch, minibatches, pack_s)
         schedule = plan_updates(batch, num_minibatches=self.cfg.optimizer_steps_per_rl_step,
                                 micro_batch_tokens=self.cfg.micro_batch_tokens)
         pack_s = time.perf_counter() - t0
         if self.skip_zero_signal and self.loss_cfg.kl_coef == 0 and not bool((batch.advantages != 0).any()):
-            return self._zero_signal_step(len(schedule), batch, pack_s)
+            return self._zero_signal_step(len(schedule) * self.cfg.ppo_epochs, batch, pack_s)
         totals = _StepTotals()
-        for minibatch in schedule:
+        for minibatch in schedule * self.cfg.ppo_epochs:
             self.optimizer.zero_grad(set_to_none=True)
             for micro in minibatch:
                 if len(micro) == 0 or micro.num_trained_tokens == 0:
@@ -149,7 +159,7 @@ class PolicyOptimizer:
                 totals.add(out)
             totals.clip_and_record([p for p in self.model.parameters() if p.requires_grad], self.cfg.max_grad_norm)
             self.optimizer.step()
-        return totals.metrics(len(schedule), batch, pack_s)
+        return totals.metrics(len(schedule) * self.cfg.ppo_epochs, batch, pack_s)
 
     def train_packed(self, batch: PackedBatch) -> dict[str, float]:
         """What `train_step` does after packing, on a batch packed by the caller: one policy's own rows of the
@@ -161,7 +171,7 @@ class PolicyOptimizer:
         minibatches = split_minibatches(batch, self.cfg.optimizer_steps_per_rl_step)
         pack_s = time.perf_counter() - t0
         if self.skip_zero_signal and self.loss_cfg.kl_coef == 0 and not bool((batch.advantages != 0).any()):
-            return self._zero_signal_step(len(minibatches), batch, pack_s)
+            return self._zero_signal_step(len(minibatches) * self.cfg.ppo_epochs, batch, pack_s)
         return self._engine_step(batch, minibatches, pack_s)
 
     def loss_and_gradients(self, trees: list[RolloutTree]) -> tuple[float, list[torch.Tensor]]:
@@ -233,30 +243,44 @@ class PolicyOptimizer:
                 old[index[key], : lp.shape[1]] = lp[r].to(old.dtype)
         return replace(minibatch, old_logprobs=old * (minibatch.loss_mask > 0))
 
+    def rows_with_signal(self, minibatch: PackedBatch) -> PackedBatch:
+        """The mini-batch without rows whose every advantage is 0, when their gradient is exactly 0 (no KL term):
+        the weights of the other rows were fixed over the whole step when packing, so the update is unchanged."""
+        if not self.cfg.drop_zero_advantage_rows or self.loss_cfg.kl_coef != 0 or len(minibatch) == 0:
+            return minibatch
+        keep = torch.nonzero((minibatch.advantages != 0).any(dim=1), as_tuple=True)[0].tolist()
+        return minibatch if len(keep) == len(minibatch) else minibatch.select(keep)
+
     def _engine_step(self, batch: PackedBatch, minibatches: list[PackedBatch], pack_s: float) -> dict[str, float]:
-        """K AdamW steps through the forward engine. With ``old_logprobs="trainer"`` the old logprobs are the
-        trainer's under the weights before the first step: mini-batches 2..K get a no-grad pass before it,
-        and the first takes its own forward pass's values (the same computation, so its ratio is exactly 1)."""
+        """K AdamW steps through the forward engine, `ppo_epochs` times over. With ``old_logprobs="trainer"``
+        the old logprobs are the trainer's under the weights before the first step: mini-batches 2..K (all of
+        them with several epochs) get a no-grad pass before it, and the first takes its own forward pass's
+        values (the same computation, so its ratio is exactly 1)."""
         recompute = self.cfg.old_logprobs == "trainer"
+        epochs = self.cfg.ppo_epochs
+        minibatches = [self.rows_with_signal(mb) for mb in minibatches]
         t_old = time.perf_counter()
         if recompute:
-            minibatches = [minibatches[0]] + [self.recompute_old_logprobs(mb) for mb in minibatches[1:]]
+            first = 1 if epochs == 1 else 0
+            minibatches = minibatches[:first] + [self.recompute_old_logprobs(mb) if len(mb) else mb
+                                                 for mb in minibatches[first:]]
         old_s = time.perf_counter() - t_old
         totals = _StepTotals()
         gap_sum, gap_max, gap_n = 0.0, 0.0, 0
         ratio_dev = 0.0
-        for k, minibatch in enumerate(minibatches):
+        passes = [(epoch, k, mb) for epoch in range(epochs) for k, mb in enumerate(minibatches)]
+        for epoch, k, minibatch in passes:
             self.optimizer.zero_grad(set_to_none=True)
             for micro in self.micro_chunks(minibatch) if len(minibatch) else []:
                 if micro.num_trained_tokens == 0:
                     continue
                 logprobs, entropy = self.engine_logprobs(micro, want_entropy=True)
                 on = micro.loss_mask > 0
-                if k == 0:
+                if k == 0 and epoch == 0:
                     gap = (logprobs.detach() - micro.old_logprobs.to(logprobs.dtype)).abs()[on]
                     gap_sum, gap_n = gap_sum + float(gap.sum()), gap_n + int(gap.numel())
                     gap_max = max(gap_max, float(gap.max())) if gap.numel() else gap_max
-                    if recompute:
+                    if recompute and epochs == 1:
                         micro = replace(micro, old_logprobs=torch.where(on, logprobs.detach(), 0.0).to(micro.old_logprobs.dtype))
                         ratio = torch.exp(logprobs.detach() - micro.old_logprobs.to(logprobs.dtype))[on]
                         ratio_dev = max(ratio_dev, float((ratio - 1).abs().max())) if ratio.numel() else ratio_dev
@@ -271,9 +295,10 @@ class PolicyOptimizer:
                 totals.add(out)
             totals.clip_and_record([p for p in self.model.parameters() if p.requires_grad], self.cfg.max_grad_norm)
             self.optimizer.step()
-        out_metrics = totals.metrics(len(minibatches), batch, pack_s)
+        out_metrics = totals.metrics(len(passes), batch, pack_s)
         out_metrics.update({
             "timing_s/old_log_prob": old_s,
+            "matpo/update/rows_forwarded": float(sum(len(mb) for mb in minibatches)),
             "matpo/engine_trainer_logprob_gap": gap_sum / gap_n if gap_n else 0.0,
             "matpo/engine_trainer_logprob_gap_max": gap_max,
             "matpo/trainer_precision_bf16": float(self.forward is not None and self.forward.precision == "bf16"),

@@ -192,6 +192,10 @@ class PolicySet:
         models = {"base": self.base.model, **{n: self.members[n].model for n in self.separate_dirs if n in self.members}}
         return _CompositeModel(models)
 
+    def use_configured_lr(self) -> dict[str, tuple[float, float]]:
+        """Each trained policy's configured learning rate back in place after a resume, by policy name."""
+        return {name: lrs for name, member in self.members.items() for lrs in member.use_configured_lr().values()}
+
     @property
     def optimizer(self) -> _CompositeOptimizer:
         return _CompositeOptimizer({n: m.optimizer for n, m in self.members.items()})
