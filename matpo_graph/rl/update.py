@@ -42,6 +42,9 @@ class _StepTotals:
             self.sums[key] = self.sums.get(key, 0.0) + v * n
 
     def clip_and_record(self, params: list[torch.Tensor], max_norm: float) -> None:
+        for p in params:  # a mini-batch with no row left is a zero gradient, not a skipped step (AdamW skips None)
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         self.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
 
     def metrics(self, steps: int, batch: PackedBatch, pack_s: float) -> dict[str, float]:
