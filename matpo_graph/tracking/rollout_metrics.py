@@ -8,23 +8,35 @@ from collections.abc import Sequence
 
 from matpo_graph.core.rollout import RolloutTree
 
-__all__ = ["rollout_metrics", "group_variance_share"]
+__all__ = ["accuracy_signal_groups", "group_variance_share", "rollout_metrics"]
 
 
 def _mean(xs: Sequence[float]) -> float:
     return float(statistics.fmean(xs)) if xs else 0.0
 
 
-def group_variance_share(trees: Sequence[RolloutTree]) -> float:
-    """Share of groups whose root rewards are not all equal (the groups GRPO can learn from)."""
+def _groups(trees: Sequence[RolloutTree], field: str) -> dict[str, list[float]]:
     groups: dict[str, list[float]] = defaultdict(list)
     for t in trees:
         if t.reward is not None:
-            groups[t.group_id].append(t.reward.total)
-    if not groups:
-        return 0.0
-    varied = sum(1 for rs in groups.values() if len(rs) > 1 and max(rs) - min(rs) > 1e-12)
-    return varied / len(groups)
+            groups[t.group_id].append(float(getattr(t.reward, field)))
+    return groups
+
+
+def _varied(groups: dict[str, list[float]]) -> int:
+    return sum(1 for rs in groups.values() if len(rs) > 1 and max(rs) - min(rs) > 1e-12)
+
+
+def group_variance_share(trees: Sequence[RolloutTree]) -> float:
+    """Share of groups whose root rewards are not all equal (the groups GRPO can learn from)."""
+    groups = _groups(trees, "total")
+    return _varied(groups) / len(groups) if groups else 0.0
+
+
+def accuracy_signal_groups(trees: Sequence[RolloutTree]) -> int:
+    """Groups whose roots differ in accuracy: right against wrong, not only a format score apart. A group whose
+    rewards differ by the format term alone still gets advantages of full size under std normalisation."""
+    return _varied(_groups(trees, "accuracy"))
 
 
 def rollout_metrics(trees: Sequence[RolloutTree], *, prefix: str = "") -> dict[str, float]:
@@ -70,6 +82,8 @@ def rollout_metrics(trees: Sequence[RolloutTree], *, prefix: str = "") -> dict[s
         "invalid_call_rate": invalid_calls / all_calls if all_calls else 0.0,
         "valid_calls": float(all_calls - invalid_calls),
         "group_variance_share": group_variance_share(trees),
+        "groups": float(len(_groups(trees, "total"))),
+        "groups_with_accuracy_signal": float(accuracy_signal_groups(trees)),
         "truncated": float(sum(1 for t in trees if t.truncated is not None)),
     }
     for role, n in sorted(tokens_by_role.items()):

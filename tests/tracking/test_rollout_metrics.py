@@ -39,3 +39,14 @@ def test_rollout_metrics_counts_roles_tools_and_structure() -> None:
 def test_group_variance_share_counts_only_varied_groups() -> None:
     trees = [_tree("a/0", "a", 1.0), _tree("a/1", "a", 0.0), _tree("b/0", "b", 0.3), _tree("b/1", "b", 0.3)]
     assert group_variance_share(trees) == 0.5
+
+
+def test_format_only_differences_are_not_accuracy_signal() -> None:
+    """Rewards [0.95, 1, 1, 1] (one tree's format score lower, every answer right) look like a learning signal
+    to GRPO's std normalisation; the accuracy-signal count does not take them for one."""
+    right = [_tree(f"a/{i}", "a", 1.0) for i in range(4)]
+    right[0] = right[0].model_copy(update={"reward": RewardBreakdown(total=0.95, accuracy=1.0, format=0.5, answer="a")})
+    mixed = [_tree("b/0", "b", 1.0), _tree("b/1", "b", 0.0)]
+    m = rollout_metrics(right + mixed)
+    assert m["group_variance_share"] == 1.0  # both groups vary in reward
+    assert m["groups"] == 2 and m["groups_with_accuracy_signal"] == 1  # only b is right against wrong
