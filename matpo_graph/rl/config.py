@@ -58,6 +58,13 @@ class TrainConfig(BaseModel):
     optimizer_steps_per_rl_step: int = Field(
         default=1, ge=1, description="Mini-batches (each one AdamW step) per RL step, independent of how many workers were spawned."
     )
+    min_signal_groups: int = Field(
+        default=0, ge=0,
+        description="Dynamic sampling (as in DAPO): when a step's groups hold fewer than this many whose roots differ in "
+        "accuracy, draw questions_per_step more questions (G rollouts each) and add their groups, up to "
+        "max_sampling_rounds extra draws; 0 draws once.",
+    )
+    max_sampling_rounds: int = Field(default=2, ge=0, le=16, description="Extra draws dynamic sampling may take per step.")
     ppo_epochs: int = Field(
         default=1, ge=1, le=16,
         description="Passes over the step's mini-batches; passes after the first see a PPO ratio away from 1, where the clip acts.",

@@ -21,7 +21,7 @@ from matpo_graph.rl.config import TrainConfig
 from matpo_graph.rl.data_order import questions_for_step
 from matpo_graph.rl.interrupt import StopFlag
 from matpo_graph.tracking.metric_names import canonical_row, verl_batch_metrics
-from matpo_graph.tracking.rollout_metrics import rollout_metrics
+from matpo_graph.tracking.rollout_metrics import accuracy_signal_groups, rollout_metrics
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +139,13 @@ class LocalTrainer:
         questions, data_pos = questions_for_step(items, step=step, per_step=self.cfg.questions_per_step, seed=self.cfg.seed)
         t0 = time.perf_counter()
         trees = session.rollout_groups(questions, group_size=self.group_size, step=step)
-        rollout_s = time.perf_counter() - t0
         if self.stop:
             return None
         trees = session.score(trees, self.plan)
+        trees, draws = self._dynamic_sampling(step, session, items, questions, trees)
+        if trees is None:
+            return None
+        rollout_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         credited, credit_metrics = assign_credit(trees, self.plan)
         credit_s = time.perf_counter() - t1
@@ -155,7 +158,7 @@ class LocalTrainer:
         sync_s = time.perf_counter() - t3
         sync_diff = self._sync_difference(session, optimizer, credited) if self.cfg.verify_sync else None
 
-        row: dict[str, Any] = {"step": step + 1, "data_position": data_pos}
+        row: dict[str, Any] = {"step": step + 1, "data_position": data_pos, "sampling_draws": float(draws)}
         row.update(rollout_metrics(credited))
         row.update(train_metrics)
         row.update({k.replace("matpo/credit/", "credit/"): v for k, v in credit_metrics.items()})
@@ -181,6 +184,28 @@ class LocalTrainer:
         return row
 
     # ---------------------------------------------------------------- helpers
+
+    def _dynamic_sampling(self, step: int, session: Any, items: list[Any], questions: list[Any],
+                          trees: list[RolloutTree]) -> tuple[list[RolloutTree] | None, int]:
+        """Add groups of further questions while the step has fewer than `min_signal_groups` groups whose roots
+        differ in accuracy (questions the policy always or never answers teach nothing). Extra questions come
+        from a permutation of their own, so the step's regular questions, and so resumption, are unchanged.
+        Returns (scored trees, draws taken); None when interrupted."""
+        wanted, draws = self.cfg.min_signal_groups, 1
+        seen = {q.id for q in questions}
+        while wanted and accuracy_signal_groups(trees) < wanted and draws <= self.cfg.max_sampling_rounds:
+            more, _ = questions_for_step(items, step=step * self.cfg.max_sampling_rounds + draws - 1,
+                                         per_step=self.cfg.questions_per_step, seed=self.cfg.seed + 7919)
+            more = [q for q in more if q.id not in seen]
+            seen.update(q.id for q in more)
+            draws += 1
+            if not more:
+                continue
+            extra = session.rollout_groups(more, group_size=self.group_size, step=step, tag=f"d{draws - 1}-")
+            if self.stop:
+                return None, draws
+            trees = trees + session.score(extra, self.plan)
+        return trees, draws
 
     @staticmethod
     def _sync_engine(session: Any, optimizer: Any, step: int, *, initial: bool = False) -> None:

@@ -130,3 +130,33 @@ def test_scripted_eval_of_a_chosen_step(scripted_run, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(run), "--step", "7", "--policy", policy, "--n", "1"]) == 2
     assert "no checkpoint for step 7" in capsys.readouterr().err
+
+
+def test_dynamic_sampling_draws_more_questions_while_no_group_has_accuracy_signal(tmp_path):
+    """Every scripted answer is right, so no group can teach anything: the step draws the questions it has
+    not seen yet, up to its draw limit, and keeps their groups apart (no group id used twice)."""
+    pytest.importorskip("torch")
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.core.rollout import read_trees
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.trainer import LocalTrainer
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"rules": [], "default": "I know this one. \\boxed{Paris}"}))
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Capital number {i}?", "answer": "Paris"}) + "\n"
+                            for i in range(5)))
+    program, plan = load_program(ROOT / "graphs" / "single_agent.yaml")
+    cfg = TrainConfig(policy=f"scripted:{script}", data=str(data), eval_data=str(data), steps=1, warmstart="none",
+                      questions_per_step=2, group_size=2, eval_questions=0, time_budget_minutes=0, verify_sync=False,
+                      train_layers=1, min_signal_groups=1, max_sampling_rounds=2)
+    result = LocalTrainer(program, plan, cfg, tmp_path / "run").run()
+    trees = read_trees(tmp_path / "run" / "rollouts" / "step_000001.jsonl")
+    groups: dict[str, set[str]] = {}
+    for tree in trees:
+        groups.setdefault(tree.group_id, set()).add(tree.metadata["question_id"])
+    assert result.metrics[0]["sampling_draws"] == 3.0  # the first draw and both extra ones
+    assert 4 < len(trees) <= 2 * 5 and len(trees) == 2 * len(groups)  # G=2 per group, more groups than 2
+    assert all(len(q) == 1 for q in groups.values())
+    question_ids = [next(iter(q)) for q in groups.values()]
+    assert len(question_ids) == len(set(question_ids))  # no question drawn twice in the step
