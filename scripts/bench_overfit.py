@@ -1,0 +1,185 @@
+"""Learning sanity check: can RL push training accuracy up on a handful of questions the policy half-knows?
+
+Before asking whether RL improves held-out accuracy, ask whether it can overfit at all. The check:
+
+1. a warm-up model (`matpo-graph sft`, or `--warmup MODEL_DIR` to reuse one),
+2. screening: greedy + `--samples` answers to `--screen` training questions of the embedded web; the
+   questions it gets right on some answers but not all are kept (at most `--keep`),
+3. RL on exactly those questions, once per variant (by default today's update and a stronger one), with the
+   same seed and question order; training accuracy of every step is read from each run's metrics.
+
+    python scripts/bench_overfit.py --warmup runs/deep_search/sft/model      # reuse a warm-up
+    python scripts/bench_overfit.py --steps 8 --variants today strong          # the default comparison
+    python scripts/bench_overfit.py --report-only                              # rewrite overfit.md
+
+Every finished piece is found from its files and not redone; the same command continues after an interrupt.
+Outputs in OUT (default runs/overfit): screen.json, questions.jsonl, runs/<variant>/, overfit.md.
+A training-accuracy point is the mean over its step's trees (questions x G), so with 3 questions x G=4 each
+point has a standard error near 0.14: read the curve, not one step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAPH = ROOT / "graphs" / "deep_search.yaml"
+
+# name -> (what it is, train key=value settings, the graph's credit section changed)
+VARIANTS: dict[str, tuple[str, list[str], dict[str, str]]] = {
+    "today": ("one AdamW step per RL step at lr 2e-6 (the trainer's defaults)", ["lr=2e-06"], {}),
+    "strong": ("lr 2e-5, two mini-batches per RL step, two PPO epochs",
+               ["lr=2e-05", "optimizer_steps_per_rl_step=2", "ppo_epochs=2"], {}),
+    "strong-meanonly": ("as strong, advantages without the std division (Dr. GRPO)",
+                        ["lr=2e-05", "optimizer_steps_per_rl_step=2", "ppo_epochs=2"], {"normalization": "mean_only"}),
+}
+
+
+def _graph(out: Path, credit: dict[str, str]) -> Path:
+    """The default graph, or a self-contained copy of it with its credit section changed."""
+    if not credit:
+        return GRAPH
+    from matpo_graph.compilers.local import normalised_graph_yaml
+    from matpo_graph.core.loader import load_graph
+
+    graph = load_graph(GRAPH)
+    graph = graph.model_copy(update={"credit": graph.credit.model_copy(update=credit)})
+    path = out / "graphs" / ("_".join(f"{k}-{v}" for k, v in sorted(credit.items())) + ".yaml")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(normalised_graph_yaml(graph, GRAPH.parent))
+    load_graph(path)  # the copy must load on its own
+    return path
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "matpo_graph", *args]
+
+
+def _run(cmd: list[str], log: Path) -> float:
+    t0 = time.perf_counter()
+    with log.open("a", encoding="utf-8") as sink:
+        sink.write("$ " + " ".join(cmd) + "\n")
+        sink.flush()
+        subprocess.run(cmd, check=True, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
+    return time.perf_counter() - t0
+
+
+def _train_questions(path: Path, n: int, seed: int) -> None:
+    """The first `n` training questions of the embedded web (seed 0), as a QA file."""
+    from matpo_graph.env.world import build_world
+
+    items = build_world(0).questions["train"][:n]
+    path.write_text("".join(item.model_dump_json() + "\n" for item in items), encoding="utf-8")
+
+
+def _per_question(trees_file: Path) -> dict[str, list[float]]:
+    from matpo_graph.core.rollout import read_trees
+
+    out: dict[str, list[float]] = defaultdict(list)
+    for tree in read_trees(trees_file):
+        if tree.reward is not None:
+            out[str(tree.metadata.get("question_id", tree.group_id))].append(float(tree.reward.accuracy))
+    return dict(out)
+
+
+def screen(args: argparse.Namespace, warmup: Path, log: Path) -> list[str]:
+    """Question ids the warm-up model answers right sometimes, not always (cached in screen.json)."""
+    cached = args.out / "screen.json"
+    if cached.exists():
+        return json.loads(cached.read_text())["kept"]
+    pool = args.out / "pool.jsonl"
+    _train_questions(pool, args.screen, args.seed)
+    trees = args.out / "screen_trees.jsonl"
+    seconds = _run(_cli("eval", str(warmup), "--graph", str(GRAPH), "--data", str(pool), "--n", str(args.screen),
+                        "--samples", str(args.samples), "-o", str(trees)), log)
+    scores = _per_question(trees)
+    mixed = sorted((q for q, s in scores.items() if 0 < sum(s) < len(s)), key=lambda q: abs(statistics.fmean(scores[q]) - 0.5))
+    kept = sorted(mixed[: args.keep])
+    cached.write_text(json.dumps({"kept": kept, "scores": scores, "seconds": seconds}, indent=2))
+    items = [json.loads(line) for line in pool.read_text().splitlines()]
+    (args.out / "questions.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items if i["id"] in kept))
+    return kept
+
+
+def train(args: argparse.Namespace, variant: str, warmup: Path, log: Path) -> Path:
+    run = args.out / "runs" / variant
+    data = args.out / "questions.jsonl"
+    n = sum(1 for _ in data.open())
+    if (run / "checkpoints" / f"step_{args.steps:06d}").exists():
+        return run
+    _, settings, credit = VARIANTS[variant]
+    _run(_cli("train", str(_graph(args.out, credit)), "--out", str(run), "--steps", str(args.steps), "--resume", "--seed", str(args.seed),
+              "--questions-per-step", str(n), "--eval-questions", "0", "--time-budget", "0", "--warmstart", "none",
+              f"model={warmup}", f"data={data}", "keep_checkpoints=1", *settings), log)
+    return run
+
+
+def _accuracy_by_step(run: Path) -> list[float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [float(r["matpo/reward/accuracy"]) for r in rows if "matpo/reward/accuracy" in r and "step" in r]
+
+
+def report(args: argparse.Namespace) -> Path:
+    screen_data = json.loads((args.out / "screen.json").read_text())
+    curves = {v: _accuracy_by_step(args.out / "runs" / v) for v in args.variants if (args.out / "runs" / v / "metrics.jsonl").exists()}
+    steps = max((len(c) for c in curves.values()), default=0)
+    lines = [f"# Overfit check ({time.strftime('%Y-%m-%d')})", "",
+             f"Screened {len(screen_data['scores'])} training questions with greedy + {args.samples} samples; kept "
+             f"{len(screen_data['kept'])} answered right sometimes but not always: {', '.join(screen_data['kept'])}.", "",
+             "| variant | what | " + " | ".join(f"step {i + 1}" for i in range(steps)) + " | mean of the last half |",
+             "|---|---|" + "---|" * steps + "---|"]
+    for variant, curve in curves.items():
+        tail = curve[len(curve) // 2:] or curve
+        cells = " | ".join(f"{a:.2f}" for a in curve) + " | " * (steps - len(curve))
+        lines.append(f"| {variant} | {VARIANTS[variant][0]} | {cells} | {statistics.fmean(tail):.2f} |" if tail else
+                     f"| {variant} | {VARIANTS[variant][0]} | (no step yet) |")
+    out = args.out / "overfit.md"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=Path("runs/overfit"))
+    p.add_argument("--warmup", type=Path, help="a warm-up model folder to reuse (default: warm up into OUT/warmup)")
+    p.add_argument("--screen", type=int, default=16, help="training questions screened (default 16)")
+    p.add_argument("--samples", type=int, default=4, help="sampled answers per screened question, besides greedy (default 4)")
+    p.add_argument("--keep", type=int, default=3, help="screened questions RL trains on (default 3)")
+    p.add_argument("--steps", type=int, default=8, help="RL steps per variant (default 8)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--variants", nargs="+", default=["today", "strong"], choices=sorted(VARIANTS))
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        print(report(args).read_text())
+        return 0
+    log = args.out / "log.txt"
+    warmup = args.warmup
+    if warmup is None:
+        warmup = args.out / "warmup" / "model"
+        if not (warmup / "config.json").exists():
+            _run(_cli("sft", str(GRAPH), "--out", str(args.out / "warmup"), "--seed", str(args.seed), "--quiet"), log)
+    kept = screen(args, warmup.resolve(), log)
+    print(f"screened: kept {len(kept)} questions: {', '.join(kept)}", flush=True)
+    if not kept:
+        print("no question is answered right on some samples and wrong on others; screen more (--screen)")
+        return 1
+    for variant in args.variants:
+        t0 = time.perf_counter()
+        train(args, variant, warmup.resolve(), log)
+        print(f"{variant}: {args.steps} steps in {time.perf_counter() - t0:.0f}s", flush=True)
+        report(args)
+    print(report(args).read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
