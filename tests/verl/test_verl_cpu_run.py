@@ -34,6 +34,11 @@ GRAPH = REPO / "graphs" / "deep_search.yaml"
 # without flash-attention, computes the padding too, so the context sets the cost of its update.
 TURNS = {"planner": 3, "browser": 4}
 CONTEXT_TOKENS = 2560
+# The resumed launch only has to show that step 2 trains from veRL's checkpoint of step 1 and that the server
+# samples with the synced weights: shorter trees do (planner 2 turns: delegate, then answer; browser 2 turns),
+# and they roughly halve its rollout and update. Step 1 keeps the longer trees that carry descendants.
+RESUMED_TURNS = {"planner": 2, "browser": 2}
+RESUMED_CONTEXT_TOKENS = 2048  # a quarter (the prompt length) still holds the 400-token first prompts
 # A small warm-up (the default is 40 demonstrations + 80 drill trees): enough for the planner to delegate
 # and the workers to call tools, so groups mix rewards and descendants carry advantages.
 WARMUP = ["--sft-demos", os.environ.get("MATPO_TEST_VERL_DEMOS", "8"), "--sft-drills", os.environ.get("MATPO_TEST_VERL_DRILLS", "16")]
@@ -47,6 +52,9 @@ RUN_ARGS = [
     "trainer.max_actor_ckpt_to_keep=2",
     "trainer.val_before_train=false",
     "trainer.test_freq=-1",
+    # One agent-loop worker runs the 4 trees concurrently as well as two; each Ray worker costs a process start
+    # of ~10 s and ~0.7 GB on this machine.
+    "actor_rollout_ref.rollout.agent.num_workers=1",
 ]
 
 
@@ -62,22 +70,22 @@ def _tail(log: Path, lines: int = 60) -> str:
     return "\n".join(kept[-lines:] + ["-- memory --", *mem])
 
 
-def _graph(out: Path) -> Path:
+def _graph(out: Path, turns: dict[str, int], context_tokens: int) -> Path:
     import yaml
 
     data = yaml.safe_load(GRAPH.read_text())
-    for role, turns in TURNS.items():
-        data["roles"][role]["max_turns"] = turns
-    data["limits"]["context_tokens"] = CONTEXT_TOKENS
+    for role, n in turns.items():
+        data["roles"][role]["max_turns"] = n
+    data["limits"]["context_tokens"] = context_tokens
     folder = out / "graph"
     shutil.copytree(GRAPH.parent / "prompts", folder / "prompts", dirs_exist_ok=True)
     (folder / GRAPH.name).write_text(yaml.safe_dump(data, sort_keys=False))
     return folder / GRAPH.name
 
 
-def _train(out: Path, steps: int) -> str:
+def _train(out: Path, steps: int, turns: dict[str, int] = TURNS, context_tokens: int = CONTEXT_TOKENS) -> str:
     """One launch of `matpo-graph train --engine verl`; its output goes to out/launch_<steps>.log as it runs."""
-    cmd = [sys.executable, "-m", "matpo_graph", "train", str(_graph(out)), "--engine", "verl", "--device", "cpu",
+    cmd = [sys.executable, "-m", "matpo_graph", "train", str(_graph(out, turns, context_tokens)), "--engine", "verl", "--device", "cpu",
            "-o", str(out), *WARMUP, f"trainer.total_training_steps={steps}", *RUN_ARGS]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
     log = out / f"launch_{steps}.log"
@@ -100,7 +108,8 @@ def verl_run(module_tmp: Path) -> dict[str, Any]:
 
     out = module_tmp
     first = _train(out, 1)
-    resumed = _train(out, 2)  # veRL's resume_mode=auto loads global_step_1 and trains step 2
+    # veRL's resume_mode=auto loads global_step_1 and trains step 2, on shorter trees (RESUMED_TURNS)
+    resumed = _train(out, 2, RESUMED_TURNS, RESUMED_CONTEXT_TOKENS)
     return {"out": out, "rows": read_rows(out / "verl.log"), "first": first, "resumed": resumed}
 
 
