@@ -238,6 +238,16 @@ class RolloutSession:
             return None
         return self._run(self.per_role.score(policy, list(token_ids)))[1:]
 
+    def engine_fingerprint(self, names: list[str]) -> dict[str, tuple[float, float]] | None:
+        """The fingerprint of the named weights the engine serves (vLLM only; None for other backends)."""
+        if not hasattr(self.policy, "weight_fingerprint"):
+            return None
+        return dict(self._run(self.policy.weight_fingerprint(names)))
+
+    def engine_weight_dtype(self) -> str:
+        """The dtype the engine stores weights in (``float32``, ``bfloat16``)."""
+        return engine_dtype(self.cfg)
+
     def engine_logprobs(self, token_ids: list[int]) -> list[float] | None:
         """The engine's logprobs of a fixed sequence (token 1 onwards), to check that weight sync took.
 

@@ -25,8 +25,12 @@ from matpo_graph.tracking.rollout_metrics import accuracy_signal_groups, rollout
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LocalTrainer", "TrainResult"]
+__all__ = ["EngineSyncError", "LocalTrainer", "TrainResult"]
 
+
+
+class EngineSyncError(RuntimeError):
+    """The rollout engine did not take the trainer's new weights (the next rollouts would be off-policy)."""
 
 @dataclass
 class TrainResult:
@@ -157,6 +161,8 @@ class LocalTrainer:
         self._sync_engine(session, optimizer, step + 1)
         sync_s = time.perf_counter() - t3
         sync_diff = self._sync_difference(session, optimizer, credited) if self.cfg.verify_sync else None
+        if self.cfg.verify_sync:
+            self._check_engine_weights(session, optimizer, step + 1)
 
         row: dict[str, Any] = {"step": step + 1, "data_position": data_pos, "sampling_draws": float(draws)}
         row.update(rollout_metrics(credited))
@@ -214,6 +220,39 @@ class LocalTrainer:
             optimizer.sync(session, step, adapters_only=initial)
         else:
             session.load_weights(optimizer.state_dict_for_engine())
+
+    @staticmethod
+    def _check_engine_weights(session: Any, optimizer: Any, step: int) -> None:
+        """Fail loudly unless the engine serves exactly the trainer's weights (as the engine stores them) in the
+        trained layers: a logprob comparison cannot see a stale bf16 engine after one small step, this can.
+
+        The engine reports the weights it can read back; vLLM's CPU backend repacks linear weights for its
+        kernels, leaving the norms (every trained layer has two, each moved by every AdamW step)."""
+        if not hasattr(optimizer, "state_dict_for_engine") or not hasattr(session, "engine_fingerprint"):
+            return
+        import torch
+
+        from matpo_graph.runtime.policies.vllm import weight_fingerprint
+
+        state = optimizer.state_dict_for_engine()
+        checked = [n for n in state if n.endswith(("mlp.down_proj.weight", "self_attn.o_proj.weight", "layernorm.weight",
+                                                   "model.norm.weight"))]
+        trained = {n for n, p in optimizer.model.named_parameters() if p.requires_grad}
+        names = [n for n in checked if n in trained] or checked  # LoRA: merged weights, every matrix may move
+        if not names:
+            return
+        engine = session.engine_fingerprint(names)
+        if engine is None:
+            return
+        want = weight_fingerprint({n: state[n] for n in names}, getattr(torch, session.engine_weight_dtype()))
+        stale = [n for n in names if n in engine and any(
+            abs(a - b) > 1e-12 * max(1.0, abs(b)) for a, b in zip(engine[n], want[n], strict=True))]
+        if not any(n in engine for n in names):
+            log.warning("the rollout engine exposes none of the trained weights; the weight sync is not checked")
+            return
+        if stale:
+            raise EngineSyncError(f"after step {step} the rollout engine does not serve the trained weights: "
+                                  f"{', '.join(stale) or 'none of ' + ', '.join(names[:3])} differ from the trainer's")
 
     @staticmethod
     def _sync_difference(session: Any, optimizer: Any, trees: list[RolloutTree]) -> float | None:

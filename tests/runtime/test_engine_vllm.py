@@ -198,3 +198,29 @@ def test_engine_weight_reload_matches_torch_forward(engine, chat, model_dir):
     raw = _torch_logprobs(model, prompt + cool.token_ids)[len(prompt) :]
     assert cool.logprobs == pytest.approx(tempered, abs=2e-3)
     assert max(abs(a - b) for a, b in zip(cool.logprobs, raw)) > 1e-2
+
+
+def test_engine_fingerprint_sees_one_small_steps_change(engine, model_dir):
+    """The sync check reads the weights vLLM serves: after loading, they match the trainer's exactly; a change
+    of one small RL step (2e-6 per weight in one layer's norms) is seen, so a stale engine cannot pass. (The CPU
+    backend repacks linear weights for its kernels and cannot show them; norms stay plain parameters.)"""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    from matpo_graph.runtime.policies.vllm import weight_fingerprint
+
+    policy, arun = engine
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    names = ["model.layers.29.input_layernorm.weight", "model.layers.29.post_attention_layernorm.weight", "model.norm.weight"]
+    arun(policy.load_weights(model.state_dict()))
+    served = arun(policy.weight_fingerprint([*names, "model.layers.29.mlp.down_proj.weight"]))
+    assert set(served) >= set(names)
+    state = model.state_dict()
+    assert {n: served[n] for n in names} == weight_fingerprint({n: state[n] for n in names}, torch.float32)
+    with torch.no_grad():
+        w = model.model.layers[29].input_layernorm.weight
+        w.sub_(2e-6 * torch.sign(torch.randn(w.shape, generator=torch.Generator().manual_seed(1))))
+    moved = weight_fingerprint({n: model.state_dict()[n] for n in names}, torch.float32)
+    assert moved[names[0]] != served[names[0]] and moved[names[1]] == served[names[1]]
+    arun(policy.load_weights(model.state_dict()))
+    assert arun(policy.weight_fingerprint(names)) == moved

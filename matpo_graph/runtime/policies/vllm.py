@@ -28,9 +28,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Self
 
+from matpo_graph.runtime.policies.vllm_worker import WORKER_EXTENSION, weight_fingerprint
 from matpo_graph.runtime.policy import Generation, PolicyError, SamplingParams
 
-__all__ = ["VLLMPolicy", "prepare_state_dict"]
+__all__ = ["VLLMPolicy", "prepare_state_dict", "weight_fingerprint"]
 
 
 def prepare_state_dict(state_dict: Mapping[str, Any], *, tie_lm_head: bool = True) -> dict[str, Any]:
@@ -42,6 +43,8 @@ def prepare_state_dict(state_dict: Mapping[str, Any], *, tie_lm_head: bool = Tru
 
 
 _SMALL_CPU_CORES = 4
+
+
 
 
 def _openmp_library() -> Path | None:
@@ -159,6 +162,7 @@ class VLLMPolicy:
             engine_kwargs.setdefault("compilation_config", {"mode": 0})  # CompilationMode.NONE: plain eager
             engine_kwargs.setdefault("enforce_eager", True)
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        engine_kwargs.setdefault("worker_extension_cls", WORKER_EXTENSION)  # weight_fingerprint, read in the worker
         args = AsyncEngineArgs(
             model=str(self.model_dir),
             dtype=dtype,
@@ -302,6 +306,14 @@ class VLLMPolicy:
             except Exception as exc:
                 raise PolicyError(f"weight update failed: {type(exc).__name__}: {exc}") from exc
         return time.perf_counter() - start
+
+    async def weight_fingerprint(self, names: list[str]) -> dict[str, tuple[float, float]]:
+        """The fingerprint (see :func:`weight_fingerprint`) of the named parameters the engine serves now;
+        names the engine does not have (fused in vLLM, e.g. q/k/v) are left out."""
+        async with self._exclusive():
+            results = await self.engine.collective_rpc("matpo_weight_fingerprint", args=(list(names),))
+        got = results[0] if results else {}
+        return {name: (float(pair[0]), float(pair[1])) for name, pair in got.items()}  # lists after the RPC
 
     async def load_adapter(self, name: str, folder: str | Path) -> float:
         """Serve the peft adapter saved in `folder` as `name` from now on (waits for in-flight requests, holds new
