@@ -22,7 +22,7 @@ from matpo_graph.bench.learning_bench import (
     read_log,
     warmup_summary,
 )
-from matpo_graph.bench.stats import Interval, mean_interval, paired_difference
+from matpo_graph.tracking.stats import Interval, mean_interval, paired_difference
 
 __all__ = ["estimate_seconds_left", "plot_curves", "render_table", "status_text", "training_summary"]
 

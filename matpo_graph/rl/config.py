@@ -101,6 +101,11 @@ class TrainConfig(BaseModel):
     )
     eval_every: int = Field(default=0, ge=0, description="Evaluate on the held-out split every K steps (0: only at the end when eval_questions > 0).")
     eval_questions: int = Field(default=4, ge=0, description="Held-out questions per evaluation.")
+    eval_at_start: bool = Field(
+        default=True,
+        description="Also evaluate the model RL starts from (the warm-up) before the first step, on the same questions, "
+        "so the report can put start and end side by side with a paired interval.",
+    )
     checkpoint_every: int = Field(default=1, ge=1, description="Write a checkpoint every N steps.")
     keep_checkpoints: int = Field(default=2, ge=1, description="Checkpoints kept on disk (the newest ones).")
     rollout_samples_per_step: int | None = Field(

@@ -16,6 +16,7 @@ from matpo_graph.core.reward import score_tree, with_reward
 from matpo_graph.core.rollout import RolloutTree
 from matpo_graph.rl.config import TrainConfig
 from matpo_graph.runtime.policy import SamplingParams
+from matpo_graph.tracking.eval_records import write_eval_record
 from matpo_graph.tracking.rollout_metrics import rollout_metrics
 
 __all__ = ["RolloutSession", "engine_dtype"]
@@ -296,6 +297,8 @@ class RolloutSession:
             m = rollout_metrics(trees)
             for key in ("accuracy", "reward_mean", "format_score", "answered", "valid_calls", "invalid_call_rate"):
                 out[f"eval/{name}/{key}"] = m[key]
+        if self.run_dir is not None:
+            write_eval_record(Path(self.run_dir) / "evals" / f"step_{step:06d}.json", step, greedy, sampled)
         return out
 
     # ------------------------------------------------------------------ reporting

@@ -52,6 +52,7 @@ class LocalTrainer:
         self.group_size = cfg.group_size or plan.group_size
         self.stop = StopFlag()
         self._session: Any = None  # RolloutSession, built in run()
+        self._start_eval_seconds: float | None = None  # how long evaluating the starting model took
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -99,6 +100,8 @@ class LocalTrainer:
                 if ckpt is not None or hasattr(optimizer, "sync"):
                     self._sync_engine(session, optimizer, start_step, initial=ckpt is None)
                 train_items = session.train_questions()
+                if self.cfg.eval_at_start and self.cfg.eval_questions > 0 and start_step == 0 and self.cfg.steps > 0:
+                    self._evaluate(session, 0, history)
                 for step in range(start_step, self.cfg.steps):
                     if self.stop:
                         break
@@ -310,7 +313,10 @@ class LocalTrainer:
         ev = session.evaluate(n=self.cfg.eval_questions, step=step)
         ev["eval_seconds"] = time.perf_counter() - t0
         self._append_metrics({"step": step, **ev})
-        history[-1].update(ev)
+        if history:
+            history[-1].update(ev)
+        else:  # the start's evaluation: no step row to join; the budget still learns how long one takes
+            self._start_eval_seconds = float(ev["eval_seconds"])
 
     def _over_budget(self, started: float, history: list[dict[str, Any]], *, eval_only: bool = False) -> bool:
         """Whether the next RL step (or, with eval_only, a mid-run evaluation) would end past the time budget.
@@ -324,6 +330,8 @@ class LocalTrainer:
             return False
         step_s = max(float(r.get("step_seconds", 0.0)) for r in history)
         seen = [float(r["eval_seconds"]) for r in history if "eval_seconds" in r]
+        start_eval = getattr(self, "_start_eval_seconds", None)
+        seen += [start_eval] if start_eval is not None else []
         guess = max(seen) if seen else max(float(r.get("rollout_seconds", 0.0)) for r in history)
         eval_s = guess if self.cfg.eval_questions > 0 else 0.0
         needed = eval_s if eval_only else step_s + eval_s

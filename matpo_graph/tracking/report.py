@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from matpo_graph.tracking.eval_records import compare_heldout, read_eval_records
 from matpo_graph.tracking.metric_names import canonical_row
 
 __all__ = ["SUMMARY_KEYS", "read_metrics", "read_rows", "write_report"]
@@ -206,6 +207,8 @@ def write_report(run_dir: Path, *, compare: Sequence[Path] = (), out_dir: Path |
 
     first_name = next(iter(runs))
     lines = [f"# Training report: {first_name}" + (f" vs {', '.join(list(runs)[1:])}" if len(runs) > 1 else ""), ""]
+    if run_dir.is_dir():
+        lines += _heldout_section(run_dir) + _training_accuracy_section(runs[first_name])
     for name, rows in runs.items():
         if len(runs) > 1:
             lines += [f"## {name}", ""]
@@ -224,6 +227,47 @@ def write_report(run_dir: Path, *, compare: Sequence[Path] = (), out_dir: Path |
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _interval(iv: Any, *, signed: bool = False) -> str:
+    """'0.500 [0.300, 0.700]' (a sign on each number for a difference); the mean alone below two questions."""
+    f = "{:+.3f}" if signed else "{:.3f}"
+    if iv.n < 2 or iv.low != iv.low:  # NaN bounds
+        return f"{f.format(iv.estimate)} (n={iv.n})"
+    return f"{f.format(iv.estimate)} [{f.format(iv.low)}, {f.format(iv.high)}]"
+
+
+def _heldout_section(run_dir: Path) -> list[str]:
+    """Held-out accuracy of the starting model and of the last evaluation on the same questions, paired."""
+    records = read_eval_records(run_dir)
+    rows = []
+    for kind, label in (("greedy", "greedy"), ("sampled", "sampled"), ("all", "greedy and samples")):
+        cmp = compare_heldout(records, kind=kind)
+        if cmp is not None:
+            rows.append(f"| {label} | {cmp.questions} | {_interval(cmp.before)} | {_interval(cmp.after)} | "
+                        f"{_interval(cmp.difference, signed=True)} | {cmp.won} / {cmp.lost} |")
+    if not rows:
+        return []
+    steps = sorted(records)
+    return ["## Held-out accuracy: the starting model vs the last evaluation", "",
+            f"Step {steps[0]} (before RL) against step {steps[-1]}, on the same questions; 95% t intervals, the "
+            "difference paired by question. A handful of questions gives wide intervals: read them before the means.", "",
+            "| answers | questions | start | end | end - start | questions won / lost |", "|---|---|---|---|---|---|",
+            *rows, ""]
+
+
+def _training_accuracy_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Training accuracy per step with its running mean (each step sees other questions, so one step is noisy)."""
+    steps = [(int(r["step"]), float(r["matpo/reward/accuracy"])) for r in rows
+             if "matpo/reward/accuracy" in r and "timing_s/step" in r]
+    if not steps:
+        return []
+    out = ["## Training accuracy per step", "", "| step | accuracy | running mean |", "|---|---|---|"]
+    total = 0.0
+    for i, (step, acc) in enumerate(steps, start=1):
+        total += acc
+        out.append(f"| {step} | {acc:.3f} | {total / i:.3f} |")
+    return out + [""]
 
 
 def _fmt(v: Any) -> str:

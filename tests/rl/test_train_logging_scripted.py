@@ -46,14 +46,16 @@ def test_scripted_run_logs_verl_names_to_jsonl_and_tensorboard(scripted_run):
     run, result, _ = scripted_run
     assert result.last_step == 1
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    train = records[0]
+    start, train = records[0], records[1]
+    assert start["step"] == 0 and "matpo/eval/greedy/accuracy" in start  # the starting model, evaluated first
     for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "critic/score/mean",
                 "critic/advantages/mean", "response_length/mean", "timing_s/gen", "timing_s/update_actor",
                 "timing_s/step", "matpo/reward/mean"):
         assert key in train, key
     assert not any(k in train for k in ("loss", "reward_mean", "rollout_seconds"))
     assert train["critic/score/mean"] == pytest.approx(train["matpo/reward/mean"])  # one trajectory per tree here
-    assert any("matpo/eval/greedy/accuracy" in r for r in records[1:])
+    assert any("matpo/eval/greedy/accuracy" in r for r in records[2:])
+    assert sorted(p.name for p in (run / "evals").iterdir()) == ["step_000000.json", "step_000001.json"]
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     tags = acc.Tags()["scalars"]

@@ -45,3 +45,29 @@ def test_an_evaluation_record_joins_its_step_and_a_redone_step_starts_afresh(tmp
     text = write_report(tmp_path).read_text()
     assert "| matpo/reward/mean | 0.1 (step 1) | 0.3 (step 2) |" in text
     assert "| matpo/eval/greedy/accuracy | 0.75 (step 2) | 0.75 (step 2) |" in text
+
+
+def test_report_pairs_the_starting_model_with_the_last_evaluation(tmp_path):
+    """Per-question records of step 0 and the last evaluation give one paired row per answer kind, and the
+    training accuracy gets a running mean."""
+    from matpo_graph.tracking.eval_records import compare_heldout, read_eval_records
+    from matpo_graph.tracking.report import write_report
+
+    run = tmp_path / "run"
+    (run / "evals").mkdir(parents=True)
+    before = {"q1": {"greedy": 0.0, "sampled": [0.0, 1.0]}, "q2": {"greedy": 1.0, "sampled": [1.0, 1.0]},
+              "q3": {"greedy": 0.0, "sampled": [0.0, 0.0]}}
+    after = {"q1": {"greedy": 1.0, "sampled": [1.0, 1.0]}, "q2": {"greedy": 1.0, "sampled": [1.0, 0.0]},
+             "q3": {"greedy": 0.0, "sampled": [0.0, 1.0]}}
+    for step, questions in ((0, before), (4, after)):
+        (run / "evals" / f"step_{step:06d}.json").write_text(json.dumps({"step": step, "questions": questions}))
+    rows = [{"step": s, "matpo/reward/accuracy": a, "timing_s/step": 1.0} for s, a in ((1, 0.25), (2, 0.75))]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    greedy = compare_heldout(read_eval_records(run), kind="greedy")
+    assert greedy is not None and (greedy.before_step, greedy.after_step, greedy.questions) == (0, 4, 3)
+    assert greedy.difference.estimate == pytest.approx(1 / 3) and (greedy.won, greedy.lost) == (1, 0)
+    text = write_report(run).read_text()
+    assert "## Held-out accuracy: the starting model vs the last evaluation" in text
+    assert "| greedy | 3 | 0.333 [" in text and "| +0.333 [" in text
+    assert "| 2 | 0.750 | 0.500 |" in text  # step 2: accuracy and the running mean of 0.25 and 0.75

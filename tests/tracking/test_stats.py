@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matpo_graph.bench.stats import mean, mean_interval, paired_difference, standard_error, t_quantile
+from matpo_graph.tracking.stats import mean, mean_interval, paired_difference, standard_error, t_quantile
 
 accuracies = st.lists(st.floats(min_value=0.0, max_value=1.0, allow_nan=False), min_size=2, max_size=60)
 
