@@ -1,7 +1,7 @@
 """The forward engine on real trees with the real SmolLM2: loss and gradient against the padded float32
 reference, and a first mini-batch ratio of exactly 1 when the trainer recomputes the old logprobs.
 
-Tolerances (stated in the README): float32 engine, loss within 1e-5 and gradient within 1e-3 (relative
+Tolerances (stated in docs/performance.md): float32 engine, loss within 1e-5 and gradient within 1e-3 (relative
 norm of the difference); bf16 engine (every decoder layer under bf16 autocast, as the update runs it),
 loss within 2e-3 and gradient within 0.25 with cosine >= 0.98. Measured on these trees: fp32 2.6e-7 /
 < 1e-4; bf16 1.3e-4 / 0.167 (cosine 0.986); bf16 only in the trained layers 5.9e-4 / 0.037 (cosine 0.9994).
