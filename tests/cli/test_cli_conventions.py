@@ -150,14 +150,41 @@ def test_eval_takes_overrides_and_rejects_unknown(tmp_path, capsys):
     assert "did you mean eval_data" in capsys.readouterr().err
 
 
+def _readme_train_line() -> list[str]:
+    """The new-user `matpo-graph train ...` line of README.md, continuation lines joined, as argv words."""
+    import shlex
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("matpo-graph train graphs/qwen_native.yaml"))
+    joined = ""
+    for line in lines[start:]:
+        joined += line.rstrip().rstrip("\\") + " "
+        if not line.rstrip().endswith("\\"):
+            break
+    return shlex.split(joined)[2:]  # without `matpo-graph train`
+
+
 def test_readme_new_user_command_parses(tmp_path):
-    """The README's new-user `train` line (graph aside) builds the settings it promises."""
-    cfg, run_dir = train_config(
-        "model=Qwen/Qwen2.5-0.5B-Instruct", "data=hf:my-org/multihop-qa:default:train",
-        "eval_data=hf:my-org/multihop-qa::validation", "--columns", "question=query,answers=reward_model.ground_truth",
-        "logger=console,jsonl,tensorboard", "warmstart=none", "-o", str(tmp_path / "qwen"))
+    """The README's new-user `train` line, read from README.md (graph aside), builds the settings it promises."""
+    words = _readme_train_line()
+    assert words[0] == "graphs/qwen_native.yaml" and "-o" in words
+    args = [w for w in words[1:words.index("-o")]] + ["-o", str(tmp_path / "qwen")]
+    cfg, run_dir = train_config(*args)
     assert cfg.model == "Qwen/Qwen2.5-0.5B-Instruct" and cfg.data == "hf:my-org/multihop-qa:default:train"
     assert cfg.eval_data == "hf:my-org/multihop-qa::validation"
     assert cfg.data_columns == {"question": "query", "answers": "reward_model.ground_truth"}
     assert cfg.logger == ["console", "jsonl", "tensorboard"] and cfg.warmstart == "none"
     assert run_dir == tmp_path / "qwen"
+
+
+def test_readme_verb_table_lists_every_verb():
+    """README's table of verbs names each verb the CLI registers (and no verb it lacks)."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = {w for cell in re.findall(r"^\| ((?:`[a-z-]+(?: [a-z-]+)?`(?:, )?)+) \|", text, re.MULTILINE)
+              for w in re.findall(r"`([a-z-]+)", cell)}
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) <= listed, f"verbs missing from README's table: {sorted(set(sub.choices) - listed)}"
+    assert listed <= set(sub.choices), f"README lists verbs the CLI lacks: {sorted(listed - set(sub.choices))}"
