@@ -72,10 +72,12 @@ def _run(cmd: list[str], log: Path) -> float:
 
 
 def _train_questions(path: Path, n: int, seed: int) -> None:
-    """The first `n` training questions of the embedded web (seed 0), as a QA file."""
+    """The first `n` training questions of the embedded web the trainer serves (its default seed and size)."""
     from matpo_graph.env.world import build_world
+    from matpo_graph.rl.config import TrainConfig
 
-    items = build_world(0).questions["train"][:n]
+    cfg = TrainConfig()
+    items = build_world(cfg.env_seed, n_entities=cfg.env_entities).questions["train"][:n]
     path.write_text("".join(item.model_dump_json() + "\n" for item in items), encoding="utf-8")
 
 
