@@ -12,6 +12,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _always_paris(folder: Path, *, questions: int) -> tuple[Path, Path]:
+    """A scripted policy that always answers Paris, and `questions` QA items whose answer is Paris."""
+    script = folder / "script.json"
+    script.write_text(json.dumps({"rules": [], "default": "I know this one. \\boxed{Paris}"}))
+    data = folder / "qa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Capital number {i}?", "answer": "Paris"}) + "\n"
+                            for i in range(questions)))
+    return script, data
+
+
 @pytest.fixture(scope="module")
 def scripted_run(module_tmp):
     pytest.importorskip("torch")
@@ -21,11 +31,7 @@ def scripted_run(module_tmp):
     from matpo_graph.rl.trainer import LocalTrainer
 
     tmp = module_tmp
-    script = tmp / "script.json"
-    script.write_text(json.dumps({"rules": [], "default": "I know this one. \\boxed{Paris}"}))
-    data = tmp / "qa.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Capital number {i}?", "answer": "Paris"}) + "\n"
-                            for i in range(3)))
+    script, data = _always_paris(tmp, questions=3)
     program, plan = load_program(ROOT / "graphs" / "single_agent.yaml")
     cfg = TrainConfig(policy=f"scripted:{script}", data=str(data), eval_data=str(data), steps=1, warmstart="none",
                       questions_per_step=2, group_size=2, eval_questions=1, time_budget_minutes=0, verify_sync=False,
@@ -143,11 +149,7 @@ def test_dynamic_sampling_draws_more_questions_while_no_group_has_accuracy_signa
     from matpo_graph.rl.config import TrainConfig
     from matpo_graph.rl.trainer import LocalTrainer
 
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"rules": [], "default": "I know this one. \\boxed{Paris}"}))
-    data = tmp_path / "qa.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Capital number {i}?", "answer": "Paris"}) + "\n"
-                            for i in range(5)))
+    script, data = _always_paris(tmp_path, questions=5)
     program, plan = load_program(ROOT / "graphs" / "single_agent.yaml")
     cfg = TrainConfig(policy=f"scripted:{script}", data=str(data), eval_data=str(data), steps=1, warmstart="none",
                       questions_per_step=2, group_size=2, eval_questions=0, time_budget_minutes=0, verify_sync=False,
