@@ -46,10 +46,11 @@ def run_evaluation(
                 weights = load_file(str(weights))
             session.load_weights(weights)
         items = session.eval_questions()[:n]
+        # paired: the same seeds as a training run's evaluations, so any two checkpoints compare sample by sample
         greedy = session.score(session.rollout_groups(items, group_size=1, step=0, temperature=0.0, tag="eg",
-                                                      label="eval greedy"), plan)
+                                                      label="eval greedy", paired=True), plan)
         sampled = session.score(session.rollout_groups(items, group_size=samples, step=0, tag="es",
-                                                       label="eval sampled"), plan) if samples else []
+                                                       label="eval sampled", paired=True), plan) if samples else []
     metrics: dict[str, float] = {"questions": float(len(items))}
     for name, trees in (("greedy", greedy), ("sampled", sampled)):
         if trees:

