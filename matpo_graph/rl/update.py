@@ -66,6 +66,28 @@ class _StepTotals:
         }
 
 
+@torch.no_grad()
+def merged_lora_state(model: Any) -> dict[str, torch.Tensor]:
+    """A peft model's weights with every active adapter merged, in the base model's names, built out of place.
+
+    Merging into the base weights and unmerging again (peft's merge_adapter/unmerge_adapter) rounds the
+    frozen base a little at every sync and passes over every layer twice; here each adapted weight is one new
+    tensor, base + delta, and the model is left bit for bit as it was.
+    """
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    sd = {k.replace(".base_layer", ""): v.detach() for k, v in base.state_dict().items() if "lora_" not in k}
+    for name, module in base.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        weight = module.get_base_layer().weight
+        adapters = [a for a in module.active_adapters if a in module.lora_A]
+        if adapters:
+            sd[f"{name}.weight"] = weight + sum(module.get_delta_weight(a).to(weight.dtype) for a in adapters)
+    return sd
+
+
 class PolicyOptimizer:
     """Owns the trainable model and its AdamW state; `train_step` does exactly K optimizer steps."""
 
@@ -378,12 +400,7 @@ class PolicyOptimizer:
     def state_dict_for_engine(self) -> dict[str, torch.Tensor]:
         """Full (merged, for LoRA) weights in HF names, lm_head included, for loading into the engine."""
         if self.lora:
-            self.model.merge_adapter()
-            try:
-                base = self.model.get_base_model()
-                sd = {k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k}
-            finally:
-                self.model.unmerge_adapter()
+            sd = merged_lora_state(self.model)
         else:
             sd = {k: v.detach() for k, v in self.model.state_dict().items()}
         if "lm_head.weight" not in sd and "model.embed_tokens.weight" in sd:
