@@ -5,6 +5,7 @@
     python scripts/bench_step.py --e2e MODEL_DIR      # also 2 full default RL steps from MODEL_DIR (a warm-up's model/)
     python scripts/bench_step.py --rounds 0 --skip-check --e2e MODEL_DIR --e2e-compare   # those steps before/after
     python scripts/bench_step.py --trees STEP.jsonl --skip-check --zero-rows   # zero-advantage rows kept vs dropped
+    python scripts/bench_step.py --trees STEP.jsonl --skip-check --zero-rows --zero-rows-precision fp32 --rounds 1
 
 1. Correctness: the full-batch loss and gradient at the initial weights (old logprobs = the trees' own) of
    the engine in fp32 and in bf16 against the padded fp32 reference.
@@ -184,8 +185,12 @@ def time_updates(trees, plan, model_dir: Path, rounds: int,  # type: ignore[no-u
     return out
 
 
-def time_zero_rows(trees, plan, model_dir: Path, rounds: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """Seconds per update with every row forwarded vs zero-advantage rows dropped, and the weights' agreement."""
+def time_zero_rows(trees, plan, model_dir: Path, rounds: int, precision: str | None = None) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Seconds per update with every row forwarded vs zero-advantage rows dropped, and the weights' agreement.
+
+    In bf16 (the default on CPUs that compute it) the two pack different rows into micro-batches and round
+    differently; `precision="fp32"` shows the gradients agree to float32 rounding.
+    """
     import torch
 
     from matpo_graph.rl.batch import pack_trees
@@ -193,8 +198,9 @@ def time_zero_rows(trees, plan, model_dir: Path, rounds: int) -> dict[str, float
     batch = pack_trees(trees, loss_agg=plan.loss_agg, trained_roles=plan.trained_roles)
     signal = int((batch.advantages != 0).any(dim=1).sum())
     print(f"rows: {len(batch)}, {signal} with a non-zero advantage ({len(batch) - signal} dropped)")
-    keep = _optimizer(model_dir, plan, drop_zero_advantage_rows=False)
-    drop = _optimizer(model_dir, plan)
+    extra = {"precision": precision} if precision else {}
+    keep = _optimizer(model_dir, plan, drop_zero_advantage_rows=False, **extra)
+    drop = _optimizer(model_dir, plan, **extra)
     keep_s: list[float] = []
     drop_s: list[float] = []
     worst = scale = 0.0
@@ -282,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-check", action="store_true", help="skip the loss and gradient check")
     p.add_argument("--zero-rows", action="store_true",
                    help="time the update with and without zero-advantage rows instead of the reference-vs-engine rounds")
+    p.add_argument("--zero-rows-precision", choices=["fp32", "bf16"],
+                   help="precision of the --zero-rows comparison (default: the trainer's)")
     p.add_argument("--e2e", metavar="MODEL_DIR", help="also run --e2e-steps default RL steps from this model folder")
     p.add_argument("--e2e-steps", type=int, default=2)
     p.add_argument("--e2e-compare", action="store_true",
@@ -302,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_check:
         numbers.update(check_loss(trees, plan, model_dir))
     if args.zero_rows:
-        numbers.update(time_zero_rows(trees, plan, model_dir, args.rounds))
+        numbers.update(time_zero_rows(trees, plan, model_dir, args.rounds, args.zero_rows_precision))
     elif args.rounds > 0:
         numbers.update(time_updates(trees, plan, model_dir, args.rounds, args.attention_floor))
     if args.e2e and args.e2e_compare:
