@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,26 @@ import pytest
 import hypothesis  # noqa: F401
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def _pin_xdist_worker() -> None:
+    """Under pytest-xdist, give each worker one core of its own: one torch thread, and its vLLM engines bound to
+    that core. Two workers of two threads each on two cores contend (OpenMP threads spin while they wait); one
+    thread each keeps both cores busy with no contention, and the serial parts of the tests (imports, engine
+    start-up, Python) overlap. Set before torch or vLLM is imported; spawned processes inherit it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    core = cores[int(worker[2:]) % len(cores)]
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = "1"
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+    if "torch" in sys.modules:  # imported already by a plugin: its thread pool did not read the variables
+        sys.modules["torch"].set_num_threads(1)
+
+
+_pin_xdist_worker()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -22,7 +43,10 @@ RUN_FIRST = ("tests/verl/test_verl_cpu_run.py",)
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pytest hook signature
-    items.sort(key=lambda item: not item.nodeid.startswith(RUN_FIRST))  # stable: order within each part kept
+    # Then the modules with engine tests (minutes each), so that pytest-xdist hands them out first and the
+    # quick modules fill in at the end, instead of one worker finishing a long module alone.
+    heavy = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("engine")}
+    items.sort(key=lambda item: (not item.nodeid.startswith(RUN_FIRST), item.nodeid.split("::")[0] not in heavy))
 
 
 @pytest.fixture(scope="module")
