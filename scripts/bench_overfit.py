@@ -11,6 +11,11 @@ Before asking whether RL improves held-out accuracy, ask whether it can overfit 
     python scripts/bench_overfit.py --warmup runs/deep_search/sft/model      # reuse a warm-up
     python scripts/bench_overfit.py --steps 8 --variants today strong          # the default comparison
     python scripts/bench_overfit.py --report-only                              # rewrite overfit.md
+    python scripts/bench_overfit.py --out runs/overfit-varied --warmup-variety 0.5 --screen 24 --screen-only
+
+The screen also says how much the warm-up left to explore: questions always right, never right and mixed,
+and the mean negative log-probability of the sampled answers' generated tokens (an estimate of the policy's
+entropy per token at the rollout temperature, from the engine's own log-probabilities).
 
 Every finished piece is found from its files and not redone; the same command continues after an interrupt.
 Outputs in OUT (default runs/overfit): screen.json, questions.jsonl, runs/<variant>/, overfit.md.
@@ -128,13 +133,35 @@ def _accuracy_by_step(run: Path) -> list[float]:
     return [float(r["matpo/reward/accuracy"]) for r in rows if "matpo/reward/accuracy" in r and "step" in r]
 
 
+def screen_summary(out: Path) -> dict[str, float]:
+    """Always right / never right / mixed questions of the screen, and the sampled tokens' mean -logprob."""
+    scores = json.loads((out / "screen.json").read_text())["scores"]
+    nll, tokens = 0.0, 0
+    for line in (out / "screen_trees.jsonl").read_text().splitlines():
+        tree = json.loads(line)
+        if not tree["tree_id"].startswith("es"):  # sampled trees only (eg: greedy)
+            continue
+        for traj in tree["trajectories"]:
+            for lp, m in zip(traj.get("logprobs") or [], traj["loss_mask"]):
+                if m:
+                    nll, tokens = nll - lp, tokens + 1
+    return {"questions": len(scores), "always": sum(1 for s in scores.values() if sum(s) == len(s)),
+            "never": sum(1 for s in scores.values() if sum(s) == 0),
+            "mixed": sum(1 for s in scores.values() if 0 < sum(s) < len(s)),
+            "sampled_nll_per_token": nll / max(tokens, 1), "sampled_tokens": tokens}
+
+
 def report(args: argparse.Namespace) -> Path:
     screen_data = json.loads((args.out / "screen.json").read_text())
+    summary = screen_summary(args.out)
     curves = {v: _accuracy_by_step(args.out / "runs" / v) for v in args.variants if (args.out / "runs" / v / "metrics.jsonl").exists()}
     steps = max((len(c) for c in curves.values()), default=0)
     lines = [f"# Overfit check ({time.strftime('%Y-%m-%d')})", "",
              f"Screened {len(screen_data['scores'])} training questions with greedy + {args.samples} samples; kept "
-             f"{len(screen_data['kept'])} answered right sometimes but not always: {', '.join(screen_data['kept'])}.", "",
+             f"{len(screen_data['kept'])} answered right sometimes but not always: {', '.join(screen_data['kept'])}.",
+             f"Warm-up (variety {args.warmup_variety:g}): {summary['always']} always right, {summary['never']} never right, "
+             f"{summary['mixed']} mixed; sampled tokens' mean -logprob {summary['sampled_nll_per_token']:.4f} nats "
+             f"over {summary['sampled_tokens']} tokens.", "",
              "| variant | what | " + " | ".join(f"step {i + 1}" for i in range(steps)) + " | mean of the last half |",
              "|---|---|" + "---|" * steps + "---|"]
     for variant, curve in curves.items():
@@ -157,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=8, help="RL steps per variant (default 8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--variants", nargs="+", default=["today", "strong"], choices=sorted(VARIANTS))
+    p.add_argument("--warmup-variety", type=float, default=0.0, metavar="P",
+                   help="the warm-up expert's variety (matpo-graph sft --variety; default 0)")
+    p.add_argument("--screen-only", action="store_true", help="stop after the screen (warm-up and screen summary)")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -168,9 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     if warmup is None:
         warmup = args.out / "warmup" / "model"
         if not (warmup / "config.json").exists():
-            _run(_cli("sft", str(GRAPH), "--out", str(args.out / "warmup"), "--seed", str(args.seed), "--quiet"), log)
+            _run(_cli("sft", str(GRAPH), "--out", str(args.out / "warmup"), "--seed", str(args.seed),
+                      "--variety", str(args.warmup_variety), "--quiet"), log)
     kept = screen(args, warmup.resolve(), log)
-    print(f"screened: kept {len(kept)} questions: {', '.join(kept)}", flush=True)
+    print(f"screened: kept {len(kept)} questions: {', '.join(kept)}; {json.dumps(screen_summary(args.out))}", flush=True)
+    if args.screen_only:
+        print(report(args).read_text())
+        return 0
     if not kept:
         print("no question is answered right on some samples and wrong on others; screen more (--screen)")
         return 1

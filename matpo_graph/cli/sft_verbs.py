@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="matmul precision of the training passes (default auto: bf16 where the CPU has native bf16)")
     s.add_argument("--max-seconds", type=float, default=None, help="stop training after this long (checkpoint still written)")
     s.add_argument("--from-demos", type=Path, help="train on these demonstrations (JSONL) instead of making new ones")
+    s.add_argument("--variety", type=float, default=0.0, metavar="P",
+                   help="how often the expert departs from its canonical wording, first query, page read and lookup "
+                        "order, 0-1 (default 0: one fixed way per question)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--env-seed", type=int, default=0, help="seed of the embedded web world")
     s.add_argument("--env-entities", type=int, default=400, help="entities of the embedded web world")
@@ -99,7 +102,7 @@ def _sft(args: argparse.Namespace) -> int:
         path = run_sft(program, plan, model_dir=model_dir, out_dir=args.out, demos=args.demos, drills=args.drills, epochs=args.epochs,
                        lr=args.lr, seed=args.seed, env_seed=args.env_seed, env_entities=args.env_entities,
                        max_hops=args.max_hops, trees=trees, progress=not args.quiet,
-                       max_trained_tokens=args.max_trained_tokens, **extra)
+                       max_trained_tokens=args.max_trained_tokens, variety=args.variety, **extra)
     except ExpertUnsupported as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--sft-demos", type=int, help="expert demonstrations of the warm-up (default 40)")
     p.add_argument("--sft-drills", type=int, help="opening-drill trees of the warm-up (default 80)")
     p.add_argument("--sft-tokens", type=int, help="cap the warm-up at this many trained tokens (default: no cap)")
+    p.add_argument("--sft-variety", type=float, metavar="P",
+                   help="how often the warm-up's expert departs from its canonical choices, 0-1 (default 0)")
     p.add_argument("--device", choices=["cuda", "cpu"],
                    help="with --engine verl: cuda (veRL's GPU path) or cpu (veRL's trainer on this CPU); "
                         "default cuda where a GPU is visible, else cpu")
@@ -101,6 +103,7 @@ _CLI_TO_CFG = {
     "lr": "lr", "lora_rank": "lora_rank", "train_layers": "train_layers", "policy": "policy",
     "time_budget": "time_budget_minutes", "columns": "data_columns", "temperature": "temperature",
     "sft_demos": "sft_demos", "sft_drills": "sft_drills", "sft_tokens": "sft_tokens",
+    "sft_variety": "sft_variety",
 }
 
 

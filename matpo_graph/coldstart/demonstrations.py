@@ -73,6 +73,8 @@ async def generate_demos(
     embedded_url: str | None,
     concurrency: int = 8,
     keep_all: bool = False,
+    variety: float = 0.0,
+    seed: int = 0,
 ) -> DemoBatch:
     """Run the expert once per question and keep the trees with full reward.
 
@@ -83,6 +85,8 @@ async def generate_demos(
         embedded_url: the embedded web's URL for tools with ``endpoint: embedded``.
         concurrency: trees run at the same time.
         keep_all: keep every tree (scored), not only the full-reward ones.
+        variety, seed: how often the expert departs from its canonical choices, and the seed of those
+            draws (see :class:`~matpo_graph.coldstart.expert.ExpertPolicy`).
 
     Raises:
         ExpertUnsupported: the expert cannot play a role of the graph (before anything runs).
@@ -92,7 +96,7 @@ async def generate_demos(
     from matpo_graph.runtime.policy import SamplingParams
     from matpo_graph.tools.registry import build_tools
 
-    policy = ExpertPolicy(program, tokenizer, items)
+    policy = ExpertPolicy(program, tokenizer, items, variety=variety, seed=seed)
     tools = build_tools(program.tools, embedded_url=embedded_url)
     executor = Executor(program, policy, tokenizer, tools, sampling=SamplingParams(temperature=0.0))
     gate = asyncio.Semaphore(max(1, concurrency))
@@ -136,12 +140,13 @@ def make_demos(
     split: str = "train",
     oversample: float = 1.5,
     keep_all: bool = False,
+    variety: float = 0.0,
 ) -> DemoBatch:
     """Serve the embedded web, draw questions from `split` and return up to `n` full-reward demonstrations.
 
     Asks the expert for ``ceil(n * oversample)`` questions (a few demonstrations fail on noisy pages or
     distractor names) and keeps the first `n` that earn the full reward (with `keep_all`, the first `n`
-    trees whatever their reward).
+    trees whatever their reward). `variety`: see :func:`generate_demos`.
 
     Raises:
         ExpertUnsupported: the expert cannot play the graph.
@@ -158,7 +163,7 @@ def make_demos(
         pool = handle.world.questions[split]
         asked = pick_questions(pool, n if keep_all else max(n, math.ceil(n * oversample)), seed=seed, max_hops=max_hops)
         batch = asyncio.run(generate_demos(program, plan, asked, tokenizer=tokenizer, embedded_url=handle.url,
-                                           keep_all=keep_all))
+                                           keep_all=keep_all, variety=variety, seed=seed))
     finally:
         handle.stop()
     batch.trees = batch.trees[:n]

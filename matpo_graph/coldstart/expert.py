@@ -9,12 +9,20 @@ the hit the lookup names and quotes the line stating the gold answer (it may pee
 demonstrator), trying the next hit or a second search when a page lacks it. The root writes the answer
 in the graph's format; children close with a short report.
 
+With ``variety > 0`` the expert varies where a real policy would: the wording of its sentences, the first
+query (the lookup as asked, or its names only), which plausible hit it reads first (a page without the fact
+is followed by the next one) and the order of independent lookups in one turn. A warm-up on one fixed way of
+acting leaves the policy almost deterministic, and RL then draws the same tree for every sample of a
+question; varied demonstrations leave choices to explore. The draws are seeded by the tree, trajectory and
+turn, so a demonstration is reproducible.
+
 Demonstrations carry **no sampling logprobs**: every generated token has logprob 0.0. They are meant
 for supervised warm-up only, never for a policy-gradient loss that divides by sampling probabilities.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +42,21 @@ _REF = re.compile(r"#(\d+)")
 _HIT = re.compile(r"^\[(\d+)\]\s*(.*?)\s*\nURL:\s*(\S+)", re.MULTILINE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _MAX_ASKS = 2  # a lookup is delegated (or searched) at most twice before the expert gives up on it
+
+# Wordings of the expert's sentences; the first of each is the canonical one (variety 0).
+_SEARCH = ("Let me search.", "I will look this up.", "A search should find this.", "Searching for it.")
+_SEARCH_AGAIN = ("Let me search again with other words.", "Another search, with the names only.",
+                 "I will try a shorter query.")
+_READ = ('Result "{title}" looks right; I will read it.', 'I will open "{title}".', '"{title}" should say it; reading it.',
+         'Reading "{title}".')
+_READ_NEXT = ('That page did not say. I will read "{title}" instead.', 'Not on that page; trying "{title}".',
+              'No luck there. Next: "{title}".')
+_FOUND = ('The page says: "{sentence}" So the answer is {answer}.', 'Found it: "{sentence}" The answer is {answer}.',
+          'The page states "{sentence}", so it is {answer}.')
+_HAND_OFF = ("I will hand this lookup to a helper.", "A helper can look this up.", "I will ask a helper for this.")
+_ASK_AGAIN = ("The report did not give the fact, so I ask again.", "No fact in that report; asking again.",
+              "The helper did not find it; one more try.")
+_HELPER_FOUND = ("The helper found: {answer}.", "The helper reports {answer}.", "Got it: {answer}.")
 
 
 @dataclass(frozen=True)
@@ -148,9 +171,16 @@ class ExpertPolicy:
             ``encode(text) -> ids`` and ``eos_token_ids``); the text is tokenised with it and closed
             with the end-of-turn token, as a sampled reply would be.
         items: the questions it may be asked, with their decompositions.
+        variety: how often each choice departs from the canonical one (0: always the same tree).
+        seed: seeds the varied choices (with the tree, trajectory and turn).
     """
 
-    def __init__(self, program: Program, tokenizer: Any, items: Iterable[QAItem]) -> None:
+    def __init__(self, program: Program, tokenizer: Any, items: Iterable[QAItem], *, variety: float = 0.0,
+                 seed: int = 0) -> None:
+        if not 0.0 <= variety <= 1.0:
+            raise ValueError(f"variety must be in [0, 1], got {variety}")
+        self.variety = variety
+        self.seed = seed
         self.program = program
         self.strategies: dict[str, RoleStrategy] = plan_expert(program)
         self.tok = tokenizer
@@ -205,9 +235,10 @@ class ExpertPolicy:
         if ctx.depth > 0:  # a child settles the one lookup it was given, already resolved
             steps = [replace(self._assigned(ctx, steps), deps=())]
         turns = _history(ctx.messages, self._n_prompt.get(ctx.role, 2))
+        draw = _Draw(self.variety, f"{self.seed}|{ctx.tree_id}|{ctx.traj_id}|{len(turns)}|{ctx.purpose}")
         if strategy.kind == "delegate":
-            return self._delegate(ctx, strategy, steps, turns, item)
-        return self._browse(ctx, strategy, steps, turns, item)
+            return self._delegate(ctx, strategy, steps, turns, item, draw)
+        return self._browse(ctx, strategy, steps, turns, item, draw)
 
     def _assigned(self, ctx: GenerationContext, steps: list[Step]) -> Step:
         parent = self._parent_strategy(ctx.role)
@@ -223,7 +254,8 @@ class ExpertPolicy:
 
     # -- delegating roles ----------------------------------------------------------------------------
 
-    def _delegate(self, ctx: GenerationContext, s: RoleStrategy, steps: list[Step], turns: list[_Turn], item: QAItem) -> str:
+    def _delegate(self, ctx: GenerationContext, s: RoleStrategy, steps: list[Step], turns: list[_Turn], item: QAItem,
+                  draw: _Draw) -> str:
         by_question = {normalize_answer(st.question): st for st in steps}
         asked: dict[int, int] = {}
         done: dict[int, str] = {}
@@ -238,7 +270,7 @@ class ExpertPolicy:
                     done[step.index] = step.answer
                     if n == len(turns) - 1:
                         fresh.append(step)
-        note = " ".join(f"The helper found: {st.answer}." for st in fresh)
+        note = " ".join(draw.pick(_HELPER_FOUND).format(answer=st.answer) for st in fresh)
         if ctx.purpose != "act" or len(done) == len(steps):
             return self._finish(ctx, steps, done, item, note)
         ready = [st for st in steps if st.index not in done and all(d in done for d in st.deps)
@@ -247,19 +279,21 @@ class ExpertPolicy:
             return self._finish(ctx, steps, done, item, note)
         retry = any(asked.get(st.index, 0) for st in ready)
         if retry:
-            lead = "The report did not give the fact, so I ask again."
+            lead = draw.pick(_ASK_AGAIN)
         elif turns:
             lead = f"Next: lookup{'s' if len(ready) > 1 else ''} {', '.join(str(st.index) for st in ready)} of {len(steps)}."
         elif ctx.depth == 0:
             lead = _plan_text(steps)
         else:
-            lead = "I will hand this lookup to a helper."
-        calls = "\n".join(format_tool_call(s.child or "", {s.child_arg or "subtask": st.question}, self.fmt) for st in ready)
+            lead = draw.pick(_HAND_OFF)
+        order = draw.shuffled(ready)  # independent lookups: any order is right
+        calls = "\n".join(format_tool_call(s.child or "", {s.child_arg or "subtask": st.question}, self.fmt) for st in order)
         return f"{note} {lead}".strip() + "\n" + calls
 
     # -- browsing roles ------------------------------------------------------------------------------
 
-    def _browse(self, ctx: GenerationContext, s: RoleStrategy, steps: list[Step], turns: list[_Turn], item: QAItem) -> str:
+    def _browse(self, ctx: GenerationContext, s: RoleStrategy, steps: list[Step], turns: list[_Turn], item: QAItem,
+                draw: _Draw) -> str:
         pos = 0  # steps settled so far
         searches = 0  # searches for the current step
         hits: list[tuple[str, str]] = []
@@ -287,19 +321,23 @@ class ExpertPolicy:
         note = ""
         if fresh is not None:
             sentence, _ = found[fresh.index]
-            note = f"The page says: \"{sentence}\" So the answer is {fresh.answer}."
+            note = draw.pick(_FOUND).format(sentence=sentence, answer=fresh.answer)
         if ctx.purpose != "act" or pos >= len(steps):
             return self._finish(ctx, steps, answered, item, note, found)
         step = steps[pos]
         candidates = [h for h in self._rank(hits, step) if h[1] not in scraped]
         if hits and candidates:
-            title, url = candidates[0]
-            lead = f"Result \"{title}\" looks right; I will read it." if not scraped else f"That page did not say. I will read \"{title}\" instead."
+            # a detour: now and then the first read is the runner-up among the hits the lookup names (or the
+            # top hit when none is named), and a page without the fact is followed by the next candidate
+            detour = not scraped and len(candidates) > 1 and draw.depart(0.5)
+            title, url = candidates[1] if detour else candidates[0]
+            lead = (draw.pick(_READ) if not scraped else draw.pick(_READ_NEXT)).format(title=title)
             return f"{note} {lead}".strip() + "\n" + format_tool_call(s.scrape or "", {s.scrape_arg or "url": url}, self.fmt)
         if searches >= _MAX_ASKS:
             return self._finish(ctx, steps, answered, item, note, found)
-        query = step.question if searches == 0 else _keywords(step.question)
-        lead = "Let me search." if searches == 0 else "Let me search again with other words."
+        first_query = _keywords(step.question) if draw.depart(0.5) else step.question
+        query = first_query if searches == 0 else _other_query(step.question, first_query=_first_query(turns, s, self.fmt))
+        lead = draw.pick(_SEARCH) if searches == 0 else draw.pick(_SEARCH_AGAIN)
         if len(steps) > 1 and searches == 0:
             lead = f"Now: {step.question}" if pos else f"First: {step.question}"
         if step.field and searches == 0:
@@ -373,3 +411,42 @@ def _keywords(question: str) -> str:
     names = re.findall(r"\b[A-Z][\w'-]*(?:\s+(?:of|the|de|van|von)?\s*[A-Z][\w'-]*)*", question)
     names = [n for n in names if n.split()[0] not in {"Who", "What", "Which", "Where", "When", "In", "How"}]
     return " ".join(names) or question
+
+
+class _Draw:
+    """The expert's seeded choices for one reply; with variety 0 every choice is the canonical one."""
+
+    def __init__(self, variety: float, key: str) -> None:
+        self.variety = variety
+        self.rng = random.Random(key) if variety > 0 else None
+
+    def depart(self, share: float = 1.0) -> bool:
+        """Whether this choice departs from the canonical one (probability variety x share)."""
+        return self.rng is not None and self.rng.random() < self.variety * share
+
+    def pick(self, options: Sequence[str]) -> str:
+        """The canonical wording, or with probability `variety` one of the others."""
+        if self.rng is None or len(options) < 2 or not self.depart():
+            return options[0]
+        return self.rng.choice(options[1:])
+
+    def shuffled(self, items: Sequence[Any]) -> list[Any]:
+        out = list(items)
+        if self.rng is not None and len(out) > 1 and self.depart():
+            self.rng.shuffle(out)
+        return out
+
+
+def _first_query(turns: Sequence[_Turn], s: RoleStrategy, fmt: str) -> str | None:
+    """The query of this trajectory's latest search (the one a second search rewords)."""
+    for turn in reversed(turns):
+        for call in parse_tool_calls(turn.text, fmt):
+            if call.name == s.search:
+                return str((call.arguments or {}).get(s.search_arg or "query", ""))
+    return None
+
+
+def _other_query(question: str, *, first_query: str | None) -> str:
+    """A second query that differs from the first: the names only, or the lookup as asked when the names went first."""
+    names = _keywords(question)
+    return question if first_query is not None and normalize_answer(first_query) == normalize_answer(names) != normalize_answer(question) else names

@@ -231,6 +231,7 @@ def run_sft(
     trees: Sequence[RolloutTree] | None = None,
     progress: bool = True,
     max_trained_tokens: int | None = None,
+    variety: float = 0.0,
     **settings: Any,
 ) -> Path:
     """Cold start: make `demos` full-reward expert demonstrations on the embedded web's train split,
@@ -251,6 +252,8 @@ def run_sft(
         max_trained_tokens: cap the warm-up at this many trained (loss-mask) tokens: demonstrations and drills
             are taken in their requested proportion until the next would pass it (see
             :func:`~matpo_graph.coldstart.sft_data.within_token_budget`); ask for enough of both to reach it.
+        variety: how often the expert departs from its canonical wording, query, page and order (0: one fixed
+            way per question; see :class:`~matpo_graph.coldstart.expert.ExpertPolicy`).
 
     Raises:
         ExpertUnsupported: the expert cannot play the graph (the message names the role and why).
@@ -265,7 +268,7 @@ def run_sft(
     openings: list[RolloutTree] = []
     if trees is None:
         batch = make_demos(program, plan, n=demos + max(0, drills), model_dir=model_dir, seed=seed, env_seed=env_seed,
-                           env_entities=env_entities, max_hops=max_hops)
+                           env_entities=env_entities, max_hops=max_hops, variety=variety)
         trees, openings = batch.trees[:demos], batch.trees[demos:]
         if not trees:
             raise ValueError(f"the expert produced no full-reward demonstration out of {batch.tried} tries "

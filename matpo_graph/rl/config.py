@@ -133,6 +133,11 @@ class TrainConfig(BaseModel):
         description="Cap the warm-up at this many trained tokens (demonstrations and drills in their requested proportion); "
         "unset: all of sft_demos and sft_drills. Gives graphs whose demonstrations differ in length the same warm-up budget.",
     )
+    sft_variety: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="How often the warm-up's expert departs from its canonical wording, first query, page read and lookup "
+        "order (0: one fixed way per question). Varied demonstrations leave the warmed-up policy choices to explore.",
+    )
     sft_epochs: int = Field(default=WARMUP_EPOCHS, ge=1, description="Epochs of the warm-up.")
     sft_lr: float = Field(default=WARMUP_LR, gt=0.0, description="Learning rate of the warm-up.")
     kv_cache_gib: int = Field(default=2, ge=1, description="vLLM CPU KV cache size (GiB).")

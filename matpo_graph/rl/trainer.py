@@ -290,6 +290,7 @@ class LocalTrainer:
                 self.program, self.plan, model_dir=base, out_dir=self.run_dir / "sft", demos=self.cfg.sft_demos,
                 drills=self.cfg.sft_drills, epochs=self.cfg.sft_epochs, lr=self.cfg.sft_lr, seed=self.cfg.seed, env_seed=self.cfg.env_seed,
                 env_entities=self.cfg.env_entities, precision=self.cfg.precision, max_trained_tokens=self.cfg.sft_tokens,
+                variety=self.cfg.sft_variety,
             )
         )
 
