@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("vllm")
 pytest.importorskip("peft")
 pytestmark = pytest.mark.engine
+XDIST_SPLIT = True  # three independent trainer runs: pytest-xdist may give them to different workers
 
 ROOT = Path(__file__).resolve().parents[2]
 
