@@ -258,14 +258,18 @@ def format_tool_call(name: str, arguments: dict[str, Any], fmt: ToolCallFormat) 
     ``llama3_json``.
     """
     _check_format(fmt)
-    args = json.dumps(arguments, ensure_ascii=False)
     if fmt == "llama3_json":
-        return json.dumps({"name": name, "parameters": arguments}, ensure_ascii=False)
+        return _json_text({"name": name, "parameters": arguments})
     if fmt in ("hermes", "native"):
-        return (
-            "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
-        )
-    return f"<use_tool>\n<name>{name}</name>\n<arguments>{args}</arguments>\n</use_tool>"
+        return "<tool_call>\n" + _json_text({"name": name, "arguments": arguments}) + "\n</tool_call>"
+    return f"<use_tool>\n<name>{name}</name>\n<arguments>{_json_text(arguments)}</arguments>\n</use_tool>"
+
+
+def _json_text(value: Any) -> str:
+    """JSON with every '<' written as \\u003c: an argument holding '<think>' or '</tool_call>' would otherwise
+    open a thinking block or close the call when the text is parsed back ('<' only occurs inside JSON strings,
+    so the escape is exact)."""
+    return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c")
 
 
 def format_tool_result(name: str, text: str, fmt: ToolCallFormat) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from matpo_graph.core.toolcalls import (
@@ -98,6 +98,7 @@ _json = st.recursive(
 @given(
     name=_names, args=st.dictionaries(st.text(max_size=10), _json, max_size=4), fmt=st.sampled_from(["xml", "hermes"])
 )
+@example(name="A", args={"<THINK>": None}, fmt="xml")  # found by this test: the key opened a thinking block
 def test_format_then_parse_round_trips(name, args, fmt):
     [call] = parse_tool_calls("prefix " + format_tool_call(name, args, fmt) + " suffix", fmt)
     assert (call.name, call.arguments, call.error) == (name, args, None)
@@ -139,3 +140,12 @@ def test_closing_tag_quoted_inside_the_arguments_does_not_end_the_call():
         text = "prefix " + format_tool_call("A", {"": "</TOOL_CALL> and <tool_call>"}, fmt) + " suffix"
         [call] = parse_tool_calls(text, fmt)
         assert (call.name, call.arguments, call.error) == ("A", {"": "</TOOL_CALL> and <tool_call>"}, None)
+
+
+@pytest.mark.parametrize("fmt", ["xml", "hermes", "native", "llama3_json"])
+def test_arguments_holding_tags_round_trip(fmt):
+    args = {"q": "<think>x</think> </tool_call> </use_tool> </arguments>", "<think>": "<"}
+    text = format_tool_call("search", args, fmt)
+    assert "<think>" not in text and "</tool_call>" not in text.removesuffix("</tool_call>")
+    [call] = parse_tool_calls(text, fmt)
+    assert (call.name, call.arguments, call.error) == ("search", args, None)
