@@ -22,7 +22,7 @@ status=0
 [ "$status" -eq 5 ] && status=0  # 5: nothing collected (verl or vllm not installed: the module skips)
 # --durations: the slowest tests are listed at the end, to keep the suite short where it can be
 if [ "$workers" -gt 1 ]; then
-  "${PYTEST[@]}" --durations=25 -n "$workers" --dist loadgroup --no-loadscope-reorder --ignore "$VERL_RUN" || status=$?
+  "${PYTEST[@]}" --durations=25 -n "$workers" --dist loadfile --no-loadscope-reorder --ignore "$VERL_RUN" || status=$?
 else
   "${PYTEST[@]}" --durations=25 --ignore "$VERL_RUN" || status=$?
 fi

@@ -43,14 +43,15 @@ RUN_FIRST = ("tests/verl/test_verl_cpu_run.py",)
 
 
 # The longest modules (docs/testing.md, "Results"), handed to pytest-xdist workers first.
-LONGEST = ("tests/model/test_forward_engine_real.py", "tests/rl/test_policy_engine.py", "tests/rl/test_lora_engine.py",
-           "tests/rl/test_train_engine.py", "tests/runtime/test_engine_vllm.py", "tests/bench/test_learning_bench_run.py")
+LONGEST = ("tests/model/test_forward_engine_real.py", "tests/rl/test_policy_engine_lora.py", "tests/rl/test_lora_engine.py",
+           "tests/rl/test_train_engine.py", "tests/rl/test_policy_engine_separate.py", "tests/runtime/test_engine_vllm.py",
+           "tests/rl/test_policy_engine_shared.py", "tests/bench/test_learning_bench_run.py")
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pytest hook signature
     # Then the longest modules and the other modules with engine tests (minutes each), so that pytest-xdist
-    # hands them out first and the quick modules fill in at the end, instead of one worker finishing a long
-    # module alone.
+    # (--dist loadfile --no-loadscope-reorder) hands them out first and the quick modules fill in at the end,
+    # instead of one worker finishing a long module alone.
     def module(item) -> str:  # noqa: ANN001
         return item.nodeid.split("::")[0]
 
@@ -58,12 +59,6 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pyte
     rank = {name: i for i, name in enumerate(LONGEST)}
     items.sort(key=lambda item: (not item.nodeid.startswith(RUN_FIRST), rank.get(module(item), len(rank)),
                                  module(item) not in heavy))
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
-        # A module's tests stay on one worker (module-scoped fixtures, such as a started engine, are built once),
-        # unless the module says its tests are independent runs (XDIST_SPLIT = True).
-        for item in items:
-            if not getattr(getattr(item, "module", None), "XDIST_SPLIT", False):
-                item.add_marker(pytest.mark.xdist_group(module(item)))
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Export and evaluation of a run whose graph declares several policies, on a tiny random Llama (no engine):
 each exported policy computes what the trainer's policy computed, and evaluation serves every trained one.
 
-The real model and engine: test_policy_engine.py.
+The real model and engine: test_policy_engine_*.py.
 """
 
 from __future__ import annotations

