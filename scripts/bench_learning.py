@@ -75,6 +75,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="sampling temperature of the RL rollouts (default: the trainer's); evaluations keep theirs; fixed for the folder")
     p.add_argument("--policy", default="vllm", help="rollout policy of training and evaluation: vllm (default) or "
                    "scripted:FILE (tests of the benchmark itself)")
+    p.add_argument("--set", dest="train_settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="a further `matpo-graph train` setting of every RL run (repeatable; e.g. ppo_epochs=2); "
+                        "fixed for the folder")
+    p.add_argument("--warmup-variety", type=float, default=0.0, metavar="P",
+                   help="`matpo-graph sft --variety` of every warm-up (default 0: the canonical expert); fixed for the folder")
     p.add_argument("--train-layers", type=int, help="decoder layers trained, from the top (default: the trainer's 10)")
     p.add_argument("--status", action="store_true", help="print what is done and what remains, then exit")
     p.add_argument("--report-only", action="store_true", help="only rewrite the table and the plot")
@@ -88,7 +93,7 @@ def _settings(args: argparse.Namespace) -> BenchSettings:
         questions_per_step=args.questions_per_step, seed=args.seed, warmup_tokens=args.warmup_tokens,
         warmup_demos=args.warmup_demos, warmup_drills=args.warmup_drills, tree_tokens=args.tree_tokens or None,
         tree_seconds=args.tree_seconds or None, lr=args.lr,
-        temperature=args.temperature,
+        temperature=args.temperature, train_settings=tuple(args.train_settings), warmup_variety=args.warmup_variety,
     )
 
 
@@ -147,7 +152,8 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
             shutil.rmtree(folder)
         seconds = _run(_cli("sft", str(graph), "--out", str(folder), "--demos", str(settings.warmup_demos),
                             "--drills", str(settings.warmup_drills), "--max-trained-tokens", str(settings.warmup_tokens),
-                            "--seed", str(settings.seed), "--quiet", *_layers(args, "--train-layers")))
+                            "--seed", str(settings.seed), "--variety", str(settings.warmup_variety), "--quiet",
+                            *_layers(args, "--train-layers")))
         append_log(layout, {"action": "warmup", "variant": action.variant, "seconds": seconds})
         return
     run = layout.run(config.name)
@@ -165,7 +171,8 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
                             "--eval-questions", "0", "--time-budget", "0", "--warmstart", "sft",
                             "keep_checkpoints=1", f"policy={args.policy}", *_layers(args, "train_layers="), *noise,
                             *([f"lr={settings.lr!r}"] if settings.lr else []),
-                            *([f"temperature={settings.temperature!r}"] if settings.temperature is not None else [])))
+                            *([f"temperature={settings.temperature!r}"] if settings.temperature is not None else []),
+                            *settings.train_settings))
         append_log(layout, {"action": "train", "config": config.name, "from": start, "to": trained_step(run),
                             "seconds": seconds})
         return

@@ -169,9 +169,27 @@ def report(args: argparse.Namespace) -> Path:
         cells = " | ".join(f"{a:.2f}" for a in curve) + " | " * (steps - len(curve))
         lines.append(f"| {variant} | {VARIANTS[variant][0]} | {cells} | {statistics.fmean(tail):.2f} |" if tail else
                      f"| {variant} | {VARIANTS[variant][0]} | (no step yet) |")
+    lines += _per_question_section(args.out, list(curves))
     out = args.out / "overfit.md"
     out.write_text("\n".join(lines) + "\n")
     return out
+
+
+def _per_question_section(out: Path, variants: list[str]) -> list[str]:
+    """Each kept question's trees per step as strings of 1 (right) and 0, so one saturating question shows."""
+    per: dict[str, dict[str, list[str]]] = {}
+    for variant in variants:
+        for step_file in sorted((out / "runs" / variant / "rollouts").glob("step_*.jsonl")):
+            for question, scores in _per_question(step_file).items():
+                cells = per.setdefault(question, {}).setdefault(variant, [])
+                cells.append("".join("1" if s >= 1.0 else "0" for s in scores))
+    if not per:
+        return []
+    lines = ["", "Per question (each string: one step's trees, 1 = right), step 1 onwards:", "",
+             "| question | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
+    for question in sorted(per):
+        lines.append(f"| {question} | " + " | ".join(" ".join(per[question].get(v, [])) for v in variants) + " |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

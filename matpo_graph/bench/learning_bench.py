@@ -112,8 +112,14 @@ class BenchSettings:
     """Sampling temperature of the RL rollouts (None: the trainer's default). Evaluations always sample at the
     eval default, so curves of different folders stay comparable."""
 
+    train_settings: tuple[str, ...] = ()
+    """Further `matpo-graph train` KEY=VALUE settings of every RL run (e.g. ``optimizer_steps_per_rl_step=2``),
+    so that an update lever is measured under the same budget as the default."""
+    warmup_variety: float = 0.0
+    """`matpo-graph sft --variety` of every warm-up: how often the expert departs from its canonical action."""
+
     FIXED = ("eval_questions", "samples", "questions_per_step", "seed", "warmup_tokens", "warmup_demos",
-             "warmup_drills", "tree_tokens", "tree_seconds", "lr", "temperature")
+             "warmup_drills", "tree_tokens", "tree_seconds", "lr", "temperature", "train_settings", "warmup_variety")
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_every < 1 or self.eval_questions < 1 or self.samples < 1:
@@ -130,8 +136,11 @@ class BenchSettings:
     def check_against(self, saved: dict[str, Any]) -> None:
         """Raise SettingsMismatch when a fixed setting differs from the one the folder was started with."""
         defaults = {f.name: f.default for f in fields(self)}  # a folder from before a setting existed used its default
+        def comparable(value: Any) -> Any:  # JSON keeps a tuple as a list
+            return list(value) if isinstance(value, tuple) else value
+
         diff = [f"{k}: folder {saved.get(k, defaults[k])!r}, now {getattr(self, k)!r}" for k in self.FIXED
-                if saved.get(k, defaults[k]) != getattr(self, k)]
+                if comparable(saved.get(k, defaults[k])) != comparable(getattr(self, k))]
         if diff:
             raise SettingsMismatch("this output folder was started with other settings (" + "; ".join(diff) +
                                    "); finished pieces would not be comparable. Use the same settings or a new --out.")

@@ -92,7 +92,9 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
         f"RL steps {settings.steps}, {settings.questions_per_step} questions x G per step, seed {settings.seed}, "
         f"lr {f'{settings.lr:g}' if settings.lr else 'the trainer default'}, "
         f"rollout temperature {f'{settings.temperature:g}' if settings.temperature is not None else 'the trainer default'}; "
-        f"warm-up budget {settings.warmup_tokens:,} trained tokens; per-tree budget {tree_budget}.",
+        f"{'further train settings ' + ', '.join(settings.train_settings) + '; ' if settings.train_settings else ''}"
+        f"warm-up budget {settings.warmup_tokens:,} trained tokens"
+        f"{f', expert variety {settings.warmup_variety:g}' if settings.warmup_variety else ''}; per-tree budget {tree_budget}.",
         f"Held-out: the same {settings.eval_questions} embedded-web dev questions (1-2 hops) at every point, "
         f"greedy and {settings.samples} samples at temperature 0.7, evaluated at steps "
         f"{', '.join(map(str, settings.eval_steps()))} under each configuration's own tool setting. "

@@ -252,3 +252,15 @@ def test_script_status_and_dry_run_on_a_fabricated_folder(tmp_path, capsys):
     layout.settings_file.write_text(json.dumps(BenchSettings(eval_questions=5).to_json()))
     assert module.main([*common, "--status"]) == 2
     assert "eval_questions" in capsys.readouterr().err
+
+
+def test_update_settings_and_warmup_variety_are_fixed_for_a_folder_and_survive_json():
+    strong = BenchSettings(train_settings=("optimizer_steps_per_rl_step=2", "ppo_epochs=2"), warmup_variety=0.5)
+    saved = json.loads(json.dumps(strong.to_json()))  # as bench.json keeps it: the tuple comes back a list
+    strong.check_against(saved)
+    with pytest.raises(SettingsMismatch, match="train_settings"):
+        BenchSettings(warmup_variety=0.5).check_against(saved)
+    with pytest.raises(SettingsMismatch, match="warmup_variety"):
+        BenchSettings(train_settings=strong.train_settings).check_against(saved)
+    older = {k: v for k, v in BenchSettings().to_json().items() if k not in ("train_settings", "warmup_variety")}
+    BenchSettings().check_against(older)  # a folder from before these settings used the defaults
