@@ -46,6 +46,7 @@ from matpo_graph.bench.learning_bench import (  # noqa: E402
     gzip_file,
     plan_actions,
     select_configs,
+    share_start,
     summarise_eval,
     write_eval_point,
 )
@@ -75,6 +76,15 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="sampling temperature of the RL rollouts (default: the trainer's); evaluations keep theirs; fixed for the folder")
     p.add_argument("--policy", default="vllm", help="rollout policy of training and evaluation: vllm (default) or "
                    "scripted:FILE (tests of the benchmark itself)")
+    p.add_argument("--rl-seed", type=int, help="seed of the RL runs only (default: --seed); warm-up and evaluations keep --seed")
+    p.add_argument("--heldout-split", choices=["dev", "test"], default="dev",
+                   help="held-out questions from the embedded web's dev split (choosing settings; default) or test split "
+                        "(the final measurement)")
+    p.add_argument("--heldout-max-hops", type=int, default=2, metavar="K",
+                   help="longest relation chain among the held-out questions (default 2; test has 52 of 1-2 hops, 120 of 1-4)")
+    p.add_argument("--share-start", type=Path, metavar="DIR",
+                   help="another benchmark folder whose warm-ups and step-0 evaluations this one links instead of redoing "
+                        "(its warm-up and held-out settings must be these); e.g. a second RL seed")
     p.add_argument("--set", dest="train_settings", action="append", default=[], metavar="KEY=VALUE",
                    help="a further `matpo-graph train` setting of every RL run (repeatable; e.g. ppo_epochs=2); "
                         "fixed for the folder")
@@ -94,6 +104,7 @@ def _settings(args: argparse.Namespace) -> BenchSettings:
         warmup_demos=args.warmup_demos, warmup_drills=args.warmup_drills, tree_tokens=args.tree_tokens or None,
         tree_seconds=args.tree_seconds or None, lr=args.lr,
         temperature=args.temperature, train_settings=tuple(args.train_settings), warmup_variety=args.warmup_variety,
+        rl_seed=args.rl_seed, heldout_split=args.heldout_split, heldout_max_hops=args.heldout_max_hops,
     )
 
 
@@ -167,7 +178,7 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
 
         start = trained_step(run)
         seconds = _run(_cli("train", str(graph), "--out", str(run), "--steps", str(action.step), "--resume",
-                            "--seed", str(settings.seed), "--questions-per-step", str(settings.questions_per_step),
+                            "--seed", str(settings.train_seed), "--questions-per-step", str(settings.questions_per_step),
                             "--eval-questions", "0", "--time-budget", "0", "--warmstart", "sft",
                             "keep_checkpoints=1", f"policy={args.policy}", *_layers(args, "train_layers="), *noise,
                             *([f"lr={settings.lr!r}"] if settings.lr else []),
@@ -180,6 +191,10 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
     trees.parent.mkdir(parents=True, exist_ok=True)
     common = ["--n", str(settings.eval_questions), "--samples", str(settings.samples), "--output", str(trees),
               "--policy", args.policy]
+    if settings.custom_heldout:
+        if not layout.heldout_file.is_file():
+            layout.heldout_file.write_text("".join(q.model_dump_json() + "\n" for q in settings.heldout_questions()))
+        common += ["--data", str(layout.heldout_file)]
     if action.step == 0:  # the warm-up model, under the configuration's own settings
         target = [str(layout.warmup(config.variant) / "model"), "--graph", str(graph), *common,
                   f"seed={settings.seed}", *noise]
@@ -209,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         configs = select_configs(args.configs)
         layout = BenchLayout(args.out)
         _load_settings(layout, settings, write=not (args.status or args.report_only or args.dry_run))
+        if settings.custom_heldout:
+            settings.heldout_questions()  # enough of them, before anything runs
+        if args.share_start and not (args.status or args.report_only or args.dry_run):
+            for piece in share_start(layout, BenchLayout(args.share_start), settings, configs):
+                print(f"shared from {args.share_start}: {piece}")
     except (ValueError, SettingsMismatch) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

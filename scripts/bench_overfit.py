@@ -76,13 +76,15 @@ def _run(cmd: list[str], log: Path) -> float:
     return time.perf_counter() - t0
 
 
-def _train_questions(path: Path, n: int, seed: int) -> None:
-    """The first `n` training questions of the embedded web the trainer serves (its default seed and size)."""
+def _train_questions(path: Path, n: int, max_hops: int) -> None:
+    """The first `n` training questions of the embedded web the trainer serves (its default seed and size) with at
+    most `max_hops` hops: the trainer's own filter, so the screen sees the questions RL would see."""
     from matpo_graph.env.world import build_world
     from matpo_graph.rl.config import TrainConfig
 
     cfg = TrainConfig()
-    items = build_world(cfg.env_seed, n_entities=cfg.env_entities).questions["train"][:n]
+    pool = build_world(cfg.env_seed, n_entities=cfg.env_entities).questions["train"]
+    items = [q for q in pool if int(q.metadata.get("hops", 1)) <= max_hops][:n]
     path.write_text("".join(item.model_dump_json() + "\n" for item in items), encoding="utf-8")
 
 
@@ -102,14 +104,14 @@ def screen(args: argparse.Namespace, warmup: Path, log: Path) -> list[str]:
     if cached.exists():
         return json.loads(cached.read_text())["kept"]
     pool = args.out / "pool.jsonl"
-    _train_questions(pool, args.screen, args.seed)
+    _train_questions(pool, args.screen, args.max_hops)
     trees = args.out / "screen_trees.jsonl"
     seconds = _run(_cli("eval", str(warmup), "--graph", str(GRAPH), "--data", str(pool), "--n", str(args.screen),
                         "--samples", str(args.samples), "-o", str(trees)), log)
     scores = _per_question(trees)
     mixed = sorted((q for q, s in scores.items() if 0 < sum(s) < len(s)), key=lambda q: abs(statistics.fmean(scores[q]) - 0.5))
     kept = sorted(mixed[: args.keep])
-    cached.write_text(json.dumps({"kept": kept, "scores": scores, "seconds": seconds}, indent=2))
+    cached.write_text(json.dumps({"kept": kept, "scores": scores, "seconds": seconds, "max_hops": args.max_hops}, indent=2))
     items = [json.loads(line) for line in pool.read_text().splitlines()]
     (args.out / "questions.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items if i["id"] in kept))
     return kept
@@ -157,7 +159,8 @@ def report(args: argparse.Namespace) -> Path:
     curves = {v: _accuracy_by_step(args.out / "runs" / v) for v in args.variants if (args.out / "runs" / v / "metrics.jsonl").exists()}
     steps = max((len(c) for c in curves.values()), default=0)
     lines = [f"# Overfit check ({time.strftime('%Y-%m-%d')})", "",
-             f"Screened {len(screen_data['scores'])} training questions with greedy + {args.samples} samples; kept "
+             f"Screened {len(screen_data['scores'])} training questions of at most {screen_data.get('max_hops', 4)} hops "
+             f"with greedy + {args.samples} samples; kept "
              f"{len(screen_data['kept'])} answered right sometimes but not always: {', '.join(screen_data['kept'])}.",
              f"Warm-up (variety {args.warmup_variety:g}): {summary['always']} always right, {summary['never']} never right, "
              f"{summary['mixed']} mixed; sampled tokens' mean -logprob {summary['sampled_nll_per_token']:.4f} nats "
@@ -198,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=Path, help="a warm-up model folder to reuse (default: warm up into OUT/warmup)")
     p.add_argument("--screen", type=int, default=16, help="training questions screened (default 16)")
     p.add_argument("--samples", type=int, default=4, help="sampled answers per screened question, besides greedy (default 4)")
+    p.add_argument("--max-hops", type=int, default=2,
+                   help="screen only questions of at most this many hops (default 2, the trainer's max_hops; 4: all)")
     p.add_argument("--keep", type=int, default=3, help="screened questions RL trains on (default 3)")
     p.add_argument("--steps", type=int, default=8, help="RL steps per variant (default 8)")
     p.add_argument("--seed", type=int, default=0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -118,12 +119,49 @@ class BenchSettings:
     warmup_variety: float = 0.0
     """`matpo-graph sft --variety` of every warm-up: how often the expert departs from its canonical action."""
 
+    rl_seed: int | None = None
+    """Seed of the RL runs' question order and sampling (None: `seed`). Warm-up and evaluation seeds stay `seed`,
+    so two folders differing only here are two RL seeds from one warm-up, paired sample by sample."""
+    heldout_split: str = "dev"
+    """Embedded-web split the held-out questions come from: dev (for choosing settings) or test (for the final
+    measurement, on questions no choice was made on)."""
+    heldout_max_hops: int = 2
+    """Longest relation chain among the held-out questions (1-4); the first `eval_questions` of them are used."""
+
     FIXED = ("eval_questions", "samples", "questions_per_step", "seed", "warmup_tokens", "warmup_demos",
-             "warmup_drills", "tree_tokens", "tree_seconds", "lr", "temperature", "train_settings", "warmup_variety")
+             "warmup_drills", "tree_tokens", "tree_seconds", "lr", "temperature", "train_settings", "warmup_variety",
+             "rl_seed", "heldout_split", "heldout_max_hops")
+    START = ("eval_questions", "samples", "seed", "warmup_tokens", "warmup_demos", "warmup_drills", "tree_tokens",
+             "tree_seconds", "warmup_variety", "heldout_split", "heldout_max_hops")
+    """What the warm-up and the step-0 evaluation depend on: folders agreeing here may share them."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.eval_every < 1 or self.eval_questions < 1 or self.samples < 1:
             raise ValueError("steps, eval_every, eval_questions and samples must be >= 1")
+        if self.heldout_split not in ("dev", "test"):
+            raise ValueError(f"heldout_split must be dev or test, not {self.heldout_split!r}")
+        if not 1 <= self.heldout_max_hops <= 4:
+            raise ValueError(f"heldout_max_hops must be 1-4, not {self.heldout_max_hops}")
+
+    @property
+    def train_seed(self) -> int:
+        return self.seed if self.rl_seed is None else self.rl_seed
+
+    @property
+    def custom_heldout(self) -> bool:
+        """Held-out questions other than the trainer's own (dev, 1-2 hops): they go to `eval` as a file."""
+        return (self.heldout_split, self.heldout_max_hops) != ("dev", 2)
+
+    def heldout_questions(self, env_seed: int = 0, env_entities: int = 400) -> list[Any]:
+        """The held-out questions, in the world's order, as every evaluation of the folder sees them."""
+        from matpo_graph.env.world import build_world
+
+        pool = build_world(env_seed, n_entities=env_entities).questions[self.heldout_split]
+        short = [q for q in pool if int(q.metadata.get("hops", 1)) <= self.heldout_max_hops]
+        if len(short) < self.eval_questions:
+            raise ValueError(f"the {self.heldout_split} split has {len(short)} questions of at most "
+                             f"{self.heldout_max_hops} hops, fewer than eval_questions={self.eval_questions}")
+        return short[: self.eval_questions]
 
     def eval_steps(self) -> list[int]:
         """Evaluation points: the warm-up model (0), every `eval_every` steps, and the last step."""
@@ -146,6 +184,38 @@ class BenchSettings:
                                    "); finished pieces would not be comparable. Use the same settings or a new --out.")
 
 
+def share_start(layout: "BenchLayout", source: "BenchLayout", settings: BenchSettings,
+                configs: Sequence["BenchConfig"]) -> list[str]:
+    """Link `source`'s warm-ups and copy its step-0 evaluations into `layout` where this folder has none, so that
+    another RL seed or update starts from the very same model and is paired against the very same evaluation.
+
+    Raises:
+        SettingsMismatch: the source folder's warm-up or held-out settings differ from these.
+    """
+    saved = json.loads(source.settings_file.read_text())
+    defaults = {f.name: f.default for f in fields(settings)}
+    diff = [k for k in settings.START if saved.get(k, defaults[k]) != getattr(settings, k)]
+    if diff:
+        raise SettingsMismatch(f"{source.root} was warmed up or evaluated under other settings ({', '.join(diff)})")
+    shared: list[str] = []
+    for variant in dict.fromkeys(c.variant for c in configs):
+        mine, theirs = layout.warmup(variant), source.warmup(variant)
+        if not mine.exists() and (theirs / "model" / "config.json").is_file():
+            mine.parent.mkdir(parents=True, exist_ok=True)
+            mine.symlink_to(theirs.resolve(), target_is_directory=True)
+            shared.append(f"warm-up {variant}")
+    for c in configs:
+        mine, theirs = layout.eval_file(c.name, 0), source.eval_file(c.name, 0)
+        if not mine.exists() and theirs.is_file():
+            mine.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(theirs, mine)
+            trees = source.eval_trees(c.name, 0)
+            if trees.is_file():
+                shutil.copyfile(trees, layout.eval_trees(c.name, 0))
+            shared.append(f"step-0 evaluation {c.name}")
+    return shared
+
+
 @dataclass(frozen=True)
 class BenchLayout:
     """Paths under the output folder."""
@@ -159,6 +229,10 @@ class BenchLayout:
     @property
     def log_file(self) -> Path:
         return self.root / "log.jsonl"
+
+    @property
+    def heldout_file(self) -> Path:
+        return self.root / "heldout.jsonl"
 
     def graph(self, variant: str) -> Path:
         return self.root / "graphs" / f"{variant}.yaml"

@@ -89,13 +89,15 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
     tree_budget = f"{tokens_cap}, {f'{settings.tree_seconds:g} s' if settings.tree_seconds else 'no wall clock'}"
     lines = [f"# Learning benchmark{'' if complete else ' (PARTIAL: not every run and evaluation is finished)'}", ""]
     lines += [
-        f"RL steps {settings.steps}, {settings.questions_per_step} questions x G per step, seed {settings.seed}, "
+        f"RL steps {settings.steps}, {settings.questions_per_step} questions x G per step, seed {settings.seed}"
+        f"{f' (RL seed {settings.rl_seed})' if settings.rl_seed is not None else ''}, "
         f"lr {f'{settings.lr:g}' if settings.lr else 'the trainer default'}, "
         f"rollout temperature {f'{settings.temperature:g}' if settings.temperature is not None else 'the trainer default'}; "
         f"{'further train settings ' + ', '.join(settings.train_settings) + '; ' if settings.train_settings else ''}"
         f"warm-up budget {settings.warmup_tokens:,} trained tokens"
         f"{f', expert variety {settings.warmup_variety:g}' if settings.warmup_variety else ''}; per-tree budget {tree_budget}.",
-        f"Held-out: the same {settings.eval_questions} embedded-web dev questions (1-2 hops) at every point, "
+        f"Held-out: the same {settings.eval_questions} embedded-web {settings.heldout_split} questions "
+        f"({'1 hop' if settings.heldout_max_hops == 1 else f'1-{settings.heldout_max_hops} hops'}) at every point, "
         f"greedy and {settings.samples} samples at temperature 0.7, evaluated at steps "
         f"{', '.join(map(str, settings.eval_steps()))} under each configuration's own tool setting. "
         "Accuracy ± its standard error over questions; differences are final minus warm-up, paired by question, "

@@ -20,6 +20,7 @@ from matpo_graph.bench.learning_bench import (
     plan_actions,
     read_eval_point,
     select_configs,
+    share_start,
     summarise_eval,
     write_eval_point,
 )
@@ -264,3 +265,37 @@ def test_update_settings_and_warmup_variety_are_fixed_for_a_folder_and_survive_j
         BenchSettings(train_settings=strong.train_settings).check_against(saved)
     older = {k: v for k, v in BenchSettings().to_json().items() if k not in ("train_settings", "warmup_variety")}
     BenchSettings().check_against(older)  # a folder from before these settings used the defaults
+
+
+def test_heldout_questions_from_the_test_split_and_their_hops():
+    default = BenchSettings()
+    assert not default.custom_heldout  # the trainer's own dev questions: no file is handed to eval
+    final = BenchSettings(heldout_split="test", heldout_max_hops=4, eval_questions=120)
+    questions = final.heldout_questions()
+    assert final.custom_heldout and len(questions) == 120 == len({q.id for q in questions})
+    dev = {q.id for q in BenchSettings(heldout_split="dev", heldout_max_hops=4, eval_questions=120).heldout_questions()}
+    assert dev.isdisjoint(q.id for q in questions)  # what settings were chosen on is not what is reported
+    short = BenchSettings(heldout_split="test", eval_questions=52).heldout_questions()
+    assert all(int(q.metadata["hops"]) <= 2 for q in short)
+    with pytest.raises(ValueError, match="fewer than eval_questions"):
+        BenchSettings(heldout_split="test", eval_questions=96).heldout_questions()  # 52 of 1-2 hops
+    with pytest.raises(ValueError, match="dev or test"):
+        BenchSettings(heldout_split="train")
+
+
+def test_a_second_rl_seed_shares_the_warm_up_and_step_0_evaluation(tmp_path):
+    first, second = BenchLayout(tmp_path / "seed0"), BenchLayout(tmp_path / "seed1")
+    config = select_configs(["deep_search-clean"])
+    first.root.mkdir()
+    first.settings_file.write_text(json.dumps(SMALL.to_json()))
+    fake_warmup(first, "deep_search")
+    fake_eval(first, "deep_search-clean", 0, [1, 0, 0], [0.5, 0.5, 0])
+    reseeded = BenchSettings(steps=20, eval_every=10, eval_questions=3, samples=2, rl_seed=1)
+    assert reseeded.train_seed == 1 and SMALL.train_seed == 0
+    shared = share_start(second, first, reseeded, config)
+    assert shared == ["warm-up deep_search", "step-0 evaluation deep_search-clean"]
+    assert second.warmup("deep_search").resolve() == first.warmup("deep_search").resolve()
+    assert described(second, reseeded, config)[0] == "train deep_search-clean to step 10"
+    assert share_start(second, first, reseeded, config) == []  # nothing twice
+    with pytest.raises(SettingsMismatch, match="samples"):
+        share_start(BenchLayout(tmp_path / "other"), first, BenchSettings(eval_questions=3, samples=4), config)
