@@ -3,8 +3,9 @@
 Before asking whether RL improves held-out accuracy, ask whether it can overfit at all. The check:
 
 1. a warm-up model (`matpo-graph sft`, or `--warmup MODEL_DIR` to reuse one),
-2. screening: greedy + `--samples` answers to `--screen` training questions of the embedded web; the
-   questions it gets right on some answers but not all are kept (at most `--keep`),
+2. screening: greedy + `--samples` answers to `--screen` training questions of the embedded web with at most
+   `--max-hops` hops (the trainer's own filter, 2); the questions it gets right on some answers but not all are
+   kept (at most `--keep`, those nearest half right first),
 3. RL on exactly those questions, once per variant (by default today's update and a stronger one), with the
    same seed and question order; training accuracy of every step is read from each run's metrics.
 
