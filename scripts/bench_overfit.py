@@ -131,6 +131,62 @@ def train(args: argparse.Namespace, variant: str, warmup: Path, log: Path) -> Pa
     return run
 
 
+def heldout(args: argparse.Namespace, name: str, target: list[str], log: Path, overrides: tuple[str, ...] = ()) -> Path:
+    """Greedy + samples on the first `--heldout` dev questions (the trainer's held-out split, paired seeds)."""
+    trees = args.out / "heldout" / f"{name}.jsonl"
+    if not trees.exists():
+        trees.parent.mkdir(parents=True, exist_ok=True)
+        partial = trees.with_suffix(".partial.jsonl")
+        _run(_cli("eval", *target, "--n", str(args.heldout), "--samples", str(args.heldout_samples), "-o", str(partial), *overrides), log)
+        partial.rename(trees)
+    return trees
+
+
+def _heldout_section(out: Path, variants: list[str]) -> list[str]:
+    """Each variant's final policy against the warm-up on the same held-out questions, paired by question."""
+    from matpo_graph.bench.learning_bench import summarise_eval
+    from matpo_graph.core.rollout import read_trees
+    from matpo_graph.tracking.stats import mean_interval, paired_difference
+
+    folder = out / "heldout"
+    if not (folder / "warmup.jsonl").exists():
+        return []
+    points = {}
+    for name in ["warmup", *variants]:
+        trees = list(read_trees(folder / f"{name}.jsonl")) if (folder / f"{name}.jsonl").exists() else []
+        if trees:
+            samples = sum(1 for t in trees if not t.tree_id.startswith("eg")) // max(1, sum(1 for t in trees if t.tree_id.startswith("eg")))
+            points[name] = summarise_eval(trees, config=name, step=0, samples=samples, seconds=0.0)
+    base = points["warmup"]
+
+    def cell(values: dict[str, float]) -> str:
+        iv = mean_interval(list(values.values()))
+        return f"{iv.estimate:.3f} ± {iv.se:.3f}"
+
+    def diff(after: dict[str, float], before: dict[str, float]) -> str:
+        iv = paired_difference(after, before)
+        return f"{iv.estimate:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]"
+
+    lines = ["", f"Held-out check: the first {len(base.questions)} dev questions (1-2 hops), greedy + {base.samples} "
+             "samples at temperature 0.7, seeded and paired by question; difference = policy minus warm-up, 95% t interval.",
+             "", "| policy | greedy | sampled | greedy minus warm-up | sampled minus warm-up | greedy answers won / lost |",
+             "|---|---|---|---|---|---|"]
+    for name, point in points.items():
+        if name == "warmup":
+            lines.append(f"| warm-up | {cell(point.greedy)} | {cell(point.sampled)} | | | |")
+            continue
+        won = sum(1 for q in point.greedy if point.greedy[q] > base.greedy.get(q, 0.0))
+        lost = sum(1 for q in point.greedy if point.greedy[q] < base.greedy.get(q, 0.0))
+        lines.append(f"| {name}, step {args_steps(out, name)} | {cell(point.greedy)} | {cell(point.sampled)} | "
+                     f"{diff(point.greedy, base.greedy)} | {diff(point.sampled, base.sampled)} | {won} / {lost} |")
+    return lines
+
+
+def args_steps(out: Path, variant: str) -> int:
+    checkpoints = sorted((out / "runs" / variant / "checkpoints").glob("step_*"))
+    return int(checkpoints[-1].name.split("_")[1]) if checkpoints else 0
+
+
 def _accuracy_by_step(run: Path) -> list[float]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [float(r["matpo/reward/accuracy"]) for r in rows if "matpo/reward/accuracy" in r and "step" in r]
@@ -174,6 +230,7 @@ def report(args: argparse.Namespace) -> Path:
         lines.append(f"| {variant} | {VARIANTS[variant][0]} | {cells} | {statistics.fmean(tail):.2f} |" if tail else
                      f"| {variant} | {VARIANTS[variant][0]} | (no step yet) |")
     lines += _per_question_section(args.out, list(curves))
+    lines += _heldout_section(args.out, list(curves))
     out = args.out / "overfit.md"
     out.write_text("\n".join(lines) + "\n")
     return out
@@ -210,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", nargs="+", default=["today", "strong"], choices=sorted(VARIANTS))
     p.add_argument("--warmup-variety", type=float, default=0.0, metavar="P",
                    help="the warm-up expert's variety (matpo-graph sft --variety; default 0)")
+    p.add_argument("--heldout", type=int, default=0, metavar="N",
+                   help="afterwards, evaluate the warm-up and each variant's last step on the first N dev questions "
+                        "(default 0: no held-out check); overfitting a handful of questions can cost held-out accuracy")
+    p.add_argument("--heldout-samples", type=int, default=2, help="sampled answers per held-out question (default 2)")
     p.add_argument("--screen-only", action="store_true", help="stop after the screen (warm-up and screen summary)")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args(argv)
@@ -237,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
         train(args, variant, warmup.resolve(), log)
         print(f"{variant}: {args.steps} steps in {time.perf_counter() - t0:.0f}s", flush=True)
         report(args)
+    if args.heldout:
+        heldout(args, "warmup", [str(warmup.resolve()), "--graph", str(GRAPH)], log, (f"seed={args.seed}",))
+        for variant in args.variants:
+            heldout(args, variant, [str(args.out / "runs" / variant), "--step", str(args.steps)], log)
+            report(args)
     print(report(args).read_text())
     return 0
 
