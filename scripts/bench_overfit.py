@@ -177,12 +177,12 @@ def _heldout_section(out: Path, variants: list[str]) -> list[str]:
             continue
         won = sum(1 for q in point.greedy if point.greedy[q] > base.greedy.get(q, 0.0))
         lost = sum(1 for q in point.greedy if point.greedy[q] < base.greedy.get(q, 0.0))
-        lines.append(f"| {name}, step {args_steps(out, name)} | {cell(point.greedy)} | {cell(point.sampled)} | "
+        lines.append(f"| {name}, step {_last_step(out, name)} | {cell(point.greedy)} | {cell(point.sampled)} | "
                      f"{diff(point.greedy, base.greedy)} | {diff(point.sampled, base.sampled)} | {won} / {lost} |")
     return lines
 
 
-def args_steps(out: Path, variant: str) -> int:
+def _last_step(out: Path, variant: str) -> int:
     checkpoints = sorted((out / "runs" / variant / "checkpoints").glob("step_*"))
     return int(checkpoints[-1].name.split("_")[1]) if checkpoints else 0
 
