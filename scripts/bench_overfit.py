@@ -80,12 +80,13 @@ def _run(cmd: list[str], log: Path) -> float:
 def _train_questions(path: Path, n: int, max_hops: int) -> None:
     """The first `n` training questions of the embedded web the trainer serves (its default seed and size) with at
     most `max_hops` hops: the trainer's own filter, so the screen sees the questions RL would see."""
+    from matpo_graph.env.questions import within_hops
     from matpo_graph.env.world import build_world
     from matpo_graph.rl.config import TrainConfig
 
     cfg = TrainConfig()
     pool = build_world(cfg.env_seed, n_entities=cfg.env_entities).questions["train"]
-    items = [q for q in pool if int(q.metadata.get("hops", 1)) <= max_hops][:n]
+    items = within_hops(pool, max_hops)[:n]
     path.write_text("".join(item.model_dump_json() + "\n" for item in items), encoding="utf-8")
 
 

@@ -154,10 +154,11 @@ class BenchSettings:
 
     def heldout_questions(self, env_seed: int = 0, env_entities: int = 400) -> list[Any]:
         """The held-out questions, in the world's order, as every evaluation of the folder sees them."""
+        from matpo_graph.env.questions import within_hops
         from matpo_graph.env.world import build_world
 
         pool = build_world(env_seed, n_entities=env_entities).questions[self.heldout_split]
-        short = [q for q in pool if int(q.metadata.get("hops", 1)) <= self.heldout_max_hops]
+        short = within_hops(pool, self.heldout_max_hops)
         if len(short) < self.eval_questions:
             raise ValueError(f"the {self.heldout_split} split has {len(short)} questions of at most "
                              f"{self.heldout_max_hops} hops, fewer than eval_questions={self.eval_questions}")
@@ -171,14 +172,20 @@ class BenchSettings:
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def check_against(self, saved: dict[str, Any]) -> None:
-        """Raise SettingsMismatch when a fixed setting differs from the one the folder was started with."""
-        defaults = {f.name: f.default for f in fields(self)}  # a folder from before a setting existed used its default
-        def comparable(value: Any) -> Any:  # JSON keeps a tuple as a list
+    def differing(self, saved: dict[str, Any], keys: Sequence[str]) -> list[tuple[str, Any]]:
+        """(key, saved value) of each of `keys` whose saved value differs from this one; a folder from before a
+        setting existed used its default, and JSON keeps a tuple as a list."""
+        defaults = {f.name: f.default for f in fields(self)}
+
+        def comparable(value: Any) -> Any:
             return list(value) if isinstance(value, tuple) else value
 
-        diff = [f"{k}: folder {saved.get(k, defaults[k])!r}, now {getattr(self, k)!r}" for k in self.FIXED
+        return [(k, saved.get(k, defaults[k])) for k in keys
                 if comparable(saved.get(k, defaults[k])) != comparable(getattr(self, k))]
+
+    def check_against(self, saved: dict[str, Any]) -> None:
+        """Raise SettingsMismatch when a fixed setting differs from the one the folder was started with."""
+        diff = [f"{k}: folder {was!r}, now {getattr(self, k)!r}" for k, was in self.differing(saved, self.FIXED)]
         if diff:
             raise SettingsMismatch("this output folder was started with other settings (" + "; ".join(diff) +
                                    "); finished pieces would not be comparable. Use the same settings or a new --out.")
@@ -192,9 +199,7 @@ def share_start(layout: "BenchLayout", source: "BenchLayout", settings: BenchSet
     Raises:
         SettingsMismatch: the source folder's warm-up or held-out settings differ from these.
     """
-    saved = json.loads(source.settings_file.read_text())
-    defaults = {f.name: f.default for f in fields(settings)}
-    diff = [k for k in settings.START if saved.get(k, defaults[k]) != getattr(settings, k)]
+    diff = [k for k, _ in settings.differing(json.loads(source.settings_file.read_text()), settings.START)]
     if diff:
         raise SettingsMismatch(f"{source.root} was warmed up or evaluated under other settings ({', '.join(diff)})")
     shared: list[str] = []

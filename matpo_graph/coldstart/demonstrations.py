@@ -18,6 +18,7 @@ from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.reward import score_tree, with_reward
 from matpo_graph.core.rollout import RolloutTree
 from matpo_graph.data.qa import QAItem
+from matpo_graph.env.questions import within_hops
 
 __all__ = ["DemoBatch", "full_reward", "pick_questions", "generate_demos", "make_demos"]
 
@@ -48,7 +49,7 @@ def full_reward(plan: CreditPlan) -> float:
 
 def pick_questions(items: Sequence[QAItem], n: int, *, seed: int, max_hops: int | None = None) -> list[QAItem]:
     """`n` questions in a seeded order, round-robin over hop counts so short and long chains both appear."""
-    pool = [it for it in items if max_hops is None or int(it.metadata.get("hops", 1)) <= max_hops]
+    pool = within_hops(items, max_hops)
     rng = random.Random(f"demos:{seed}")
     by_hops: dict[int, list[QAItem]] = {}
     for it in pool:

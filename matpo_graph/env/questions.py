@@ -8,12 +8,13 @@ where sub-question i refers to the answer of i-1 as '#(i-1)' (as MuSiQue does) a
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 
 from matpo_graph.data.qa import QAItem
 from matpo_graph.env.entities import Entity, World
 from matpo_graph.env.relations import INFOBOX_LABELS, Relation, relations_from
 
-__all__ = ["compose_questions", "split_questions"]
+__all__ = ["compose_questions", "split_questions", "within_hops"]
 
 
 def _chain(world: "World", rng: random.Random, hops: int) -> tuple[list["Entity"], list[Relation]] | None:
@@ -107,3 +108,8 @@ def split_questions(items: list[QAItem], rng: random.Random,
     n_train = round(len(order) * shares[0] / total)
     n_dev = round(len(order) * shares[1] / total)
     return {"train": order[:n_train], "dev": order[n_train:n_train + n_dev], "test": order[n_train + n_dev:]}
+
+
+def within_hops(items: Iterable[QAItem], max_hops: int | None) -> list[QAItem]:
+    """The items whose relation chain has at most `max_hops` hops (an item without a count has 1); None keeps all."""
+    return [q for q in items if max_hops is None or int(q.metadata.get("hops", 1)) <= max_hops]

@@ -146,7 +146,9 @@ class RolloutSession:
 
             return load_qa(path, columns=self.cfg.data_columns)
         items = list(self.web.world.questions[split])
-        short = [q for q in items if int(q.metadata.get("hops", 1)) <= self.cfg.max_hops]
+        from matpo_graph.env.questions import within_hops
+
+        short = within_hops(items, self.cfg.max_hops)
         return short or items
 
     # ------------------------------------------------------------------ rollouts
