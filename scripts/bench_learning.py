@@ -88,6 +88,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--set", dest="train_settings", action="append", default=[], metavar="KEY=VALUE",
                    help="a further `matpo-graph train` setting of every RL run (repeatable; e.g. ppo_epochs=2); "
                         "fixed for the folder")
+    p.add_argument("--credit", dest="credit_settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="an edit of the graph's credit block for every RL run (repeatable; e.g. kl.coef=0.02 or "
+                        "normalization=mean_only); warm-ups and step-0 evaluations are unaffected; fixed for the folder")
     p.add_argument("--warmup-variety", type=float, default=0.0, metavar="P",
                    help="`matpo-graph sft --variety` of every warm-up (default 0: the canonical expert); fixed for the folder")
     p.add_argument("--train-layers", type=int, help="decoder layers trained, from the top (default: the trainer's 10)")
@@ -103,7 +106,8 @@ def _settings(args: argparse.Namespace) -> BenchSettings:
         questions_per_step=args.questions_per_step, seed=args.seed, warmup_tokens=args.warmup_tokens,
         warmup_demos=args.warmup_demos, warmup_drills=args.warmup_drills, tree_tokens=args.tree_tokens or None,
         tree_seconds=args.tree_seconds or None, lr=args.lr,
-        temperature=args.temperature, train_settings=tuple(args.train_settings), warmup_variety=args.warmup_variety,
+        temperature=args.temperature, train_settings=tuple(args.train_settings),
+        credit_settings=tuple(args.credit_settings), warmup_variety=args.warmup_variety,
         rl_seed=args.rl_seed, heldout_split=args.heldout_split, heldout_max_hops=args.heldout_max_hops,
     )
 
@@ -116,17 +120,22 @@ def _load_settings(layout: BenchLayout, settings: BenchSettings, *, write: bool)
         layout.settings_file.write_text(json.dumps(settings.to_json(), indent=2, sort_keys=True))
 
 
-def _write_graph(layout: BenchLayout, settings: BenchSettings, config: BenchConfig) -> Path:
-    """A self-contained copy of the configuration's graph with the benchmark's tree budget."""
+def _write_graph(layout: BenchLayout, settings: BenchSettings, config: BenchConfig, *, rl: bool = False) -> Path:
+    """A self-contained copy of the configuration's graph with the benchmark's tree budget; with `rl`, the copy RL
+    trains with, which also carries the folder's credit settings (the plain copy when there are none)."""
+    from matpo_graph.bench.learning_bench import edit_credit
     from matpo_graph.compilers.local import normalised_graph_yaml
     from matpo_graph.core.loader import load_graph
 
-    path = layout.graph(config.variant)
+    edited = rl and bool(settings.credit_settings)
+    path = layout.rl_graph(config.variant) if edited else layout.graph(config.variant)
     src = ROOT / config.graph_file
     graph = load_graph(src)
     update = {k: v for k, v in (("tree_tokens", settings.tree_tokens), ("tree_seconds", settings.tree_seconds)) if v}
     if update:
         graph = graph.model_copy(update={"limits": graph.limits.model_copy(update=update)})
+    if edited:
+        graph = graph.model_copy(update={"credit": edit_credit(graph.credit, settings.credit_settings)})
     text = normalised_graph_yaml(graph, src.parent)
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +186,7 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
         from matpo_graph.bench.learning_bench import trained_step
 
         start = trained_step(run)
-        seconds = _run(_cli("train", str(graph), "--out", str(run), "--steps", str(action.step), "--resume",
+        seconds = _run(_cli("train", str(_write_graph(layout, settings, config, rl=True)), "--out", str(run), "--steps", str(action.step), "--resume",
                             "--seed", str(settings.train_seed), "--questions-per-step", str(settings.questions_per_step),
                             "--eval-questions", "0", "--time-budget", "0", "--warmstart", "sft",
                             "keep_checkpoints=1", f"policy={args.policy}", *_layers(args, "train_layers="), *noise,

@@ -11,6 +11,8 @@ Layout under the output folder::
     bench.json                          settings that must not change between sittings
     log.jsonl                           one line per finished piece of work, with its wall time
     graphs/<variant>.yaml               self-contained graph copies (templates inlined, tree budget applied)
+    graphs/<variant>.rl.yaml            the copy RL trains with, when credit settings edit it (warm-up and
+                                        step-0 evaluation keep the plain copy, so folders may share them)
     warmup/<variant>/                   `matpo-graph sft` output; done once metrics_sft.jsonl has its summary
     runs/<config>/                      a `matpo-graph train` run folder (sft -> ../../warmup/<variant>)
     runs/<config>/evals/step_N.json     one evaluation: per-question accuracies (written last, atomically)
@@ -33,7 +35,7 @@ from matpo_graph.core.rollout import RolloutTree
 
 __all__ = [
     "CONFIGS", "DEFAULT_CONFIGS", "VARIANTS", "Action", "BenchConfig", "BenchLayout", "BenchSettings", "ConfigState",
-    "EvalPoint", "SettingsMismatch", "append_log", "config_state", "gzip_file", "has_checkpoint", "plan_actions",
+    "EvalPoint", "SettingsMismatch", "append_log", "config_state", "edit_credit", "gzip_file", "has_checkpoint", "plan_actions",
     "read_eval_point", "read_log", "select_configs", "summarise_eval", "trained_step", "warmup_summary",
     "write_eval_point",
 ]
@@ -116,6 +118,9 @@ class BenchSettings:
     train_settings: tuple[str, ...] = ()
     """Further `matpo-graph train` KEY=VALUE settings of every RL run (e.g. ``optimizer_steps_per_rl_step=2``),
     so that an update lever is measured under the same budget as the default."""
+    credit_settings: tuple[str, ...] = ()
+    """KEY=VALUE edits of the graph's `credit` block for every RL run (e.g. ``kl.coef=0.02``,
+    ``normalization=mean_only``): advantage and loss levers that live in the graph rather than the trainer."""
     warmup_variety: float = 0.0
     """`matpo-graph sft --variety` of every warm-up: how often the expert departs from its canonical action."""
 
@@ -129,8 +134,8 @@ class BenchSettings:
     """Longest relation chain among the held-out questions (1-4); the first `eval_questions` of them are used."""
 
     FIXED = ("eval_questions", "samples", "questions_per_step", "seed", "warmup_tokens", "warmup_demos",
-             "warmup_drills", "tree_tokens", "tree_seconds", "lr", "temperature", "train_settings", "warmup_variety",
-             "rl_seed", "heldout_split", "heldout_max_hops")
+             "warmup_drills", "tree_tokens", "tree_seconds", "lr", "temperature", "train_settings", "credit_settings",
+             "warmup_variety", "rl_seed", "heldout_split", "heldout_max_hops")
     START = ("eval_questions", "samples", "seed", "warmup_tokens", "warmup_demos", "warmup_drills", "tree_tokens",
              "tree_seconds", "warmup_variety", "heldout_split", "heldout_max_hops")
     """What the warm-up and the step-0 evaluation depend on: folders agreeing here may share them."""
@@ -191,6 +196,36 @@ class BenchSettings:
                                    "); finished pieces would not be comparable. Use the same settings or a new --out.")
 
 
+def edit_credit(credit: Any, edits: Sequence[str]) -> Any:
+    """`credit` (a CreditSpec) with KEY=VALUE edits applied, dotted keys reaching nested blocks (``kl.coef=0.02``);
+    values are read as YAML scalars. Every edit is checked against the spec, so a typo fails before hours of RL.
+
+    Raises:
+        ValueError: an edit that is not KEY=VALUE, names no credit setting, or gives a value the spec refuses.
+    """
+    import yaml
+    from pydantic import ValidationError
+
+    data = credit.model_dump()
+    for edit in edits:
+        key, sep, raw = edit.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"credit setting {edit!r}: expected KEY=VALUE, e.g. kl.coef=0.02")
+        node = data
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                raise ValueError(f"credit setting {edit!r}: credit has no block {part!r}")
+            node = node[part]
+        if leaf not in node:
+            raise ValueError(f"credit setting {edit!r}: no setting {leaf!r} there (known: {', '.join(sorted(node))})")
+        node[leaf] = yaml.safe_load(raw)
+    try:
+        return type(credit).model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"credit settings {', '.join(edits)}: {exc}") from exc
+
+
 def share_start(layout: "BenchLayout", source: "BenchLayout", settings: BenchSettings,
                 configs: Sequence["BenchConfig"]) -> list[str]:
     """Link `source`'s warm-ups and copy its step-0 evaluations into `layout` where this folder has none, so that
@@ -241,6 +276,9 @@ class BenchLayout:
 
     def graph(self, variant: str) -> Path:
         return self.root / "graphs" / f"{variant}.yaml"
+
+    def rl_graph(self, variant: str) -> Path:
+        return self.root / "graphs" / f"{variant}.rl.yaml"
 
     def warmup(self, variant: str) -> Path:
         return self.root / "warmup" / variant

@@ -94,6 +94,7 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
         f"lr {f'{settings.lr:g}' if settings.lr else 'the trainer default'}, "
         f"rollout temperature {f'{settings.temperature:g}' if settings.temperature is not None else 'the trainer default'}; "
         f"{'further train settings ' + ', '.join(settings.train_settings) + '; ' if settings.train_settings else ''}"
+        f"{'credit ' + ', '.join(settings.credit_settings) + '; ' if settings.credit_settings else ''}"
         f"warm-up budget {settings.warmup_tokens:,} trained tokens"
         f"{f', expert variety {settings.warmup_variety:g}' if settings.warmup_variety else ''}; per-tree budget {tree_budget}.",
         f"Held-out: the same {settings.eval_questions} embedded-web {settings.heldout_split} questions "

@@ -17,6 +17,7 @@ from matpo_graph.bench.learning_bench import (
     SettingsMismatch,
     append_log,
     config_state,
+    edit_credit,
     plan_actions,
     read_eval_point,
     select_configs,
@@ -239,10 +240,15 @@ def test_time_left_uses_this_folders_measured_rates(tmp_path):
     assert guessed == ["warmup"]
 
 
-def test_script_status_and_dry_run_on_a_fabricated_folder(tmp_path, capsys):
+def _script():
     spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "scripts" / "bench_learning.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_script_status_and_dry_run_on_a_fabricated_folder(tmp_path, capsys):
+    module = _script()
     layout = BenchLayout(tmp_path)
     fake_warmup(layout, "deep_search")
     common = ["--out", str(tmp_path), "--configs", "deep_search-clean", "--steps", "20", "--eval-questions", "3",
@@ -265,6 +271,59 @@ def test_update_settings_and_warmup_variety_are_fixed_for_a_folder_and_survive_j
         BenchSettings(train_settings=strong.train_settings).check_against(saved)
     older = {k: v for k, v in BenchSettings().to_json().items() if k not in ("train_settings", "warmup_variety")}
     BenchSettings().check_against(older)  # a folder from before these settings used the defaults
+
+
+def test_credit_edits_reach_nested_blocks_and_refuse_what_the_spec_refuses():
+    from matpo_graph.core.spec import CreditSpec
+
+    base = CreditSpec()
+    edited = edit_credit(base, ["kl.coef=0.02", "normalization=mean_only", "group_size=6"])
+    assert (edited.kl.coef, edited.normalization, edited.group_size) == (0.02, "mean_only", 6)
+    assert edited.kl.estimator == base.kl.estimator and base.kl.coef == 0.0  # the rest kept, the original untouched
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        edit_credit(base, ["kl.coef"])
+    with pytest.raises(ValueError, match="no setting 'cof'.*coef"):
+        edit_credit(base, ["kl.cof=0.1"])
+    with pytest.raises(ValueError, match="no block 'kll'"):
+        edit_credit(base, ["kll.coef=0.1"])
+    with pytest.raises(ValueError, match="normalization=median"):
+        edit_credit(base, ["normalization=median"])
+    with pytest.raises(ValueError, match="kl.coef=-1"):
+        edit_credit(base, ["kl.coef=-1"])
+
+
+def test_credit_settings_are_fixed_for_a_folder_but_not_for_its_start(tmp_path):
+    anchored = BenchSettings(steps=20, eval_every=10, eval_questions=3, samples=2, credit_settings=("kl.coef=0.02",))
+    saved = json.loads(json.dumps(anchored.to_json()))
+    anchored.check_against(saved)
+    with pytest.raises(SettingsMismatch, match="credit_settings"):
+        SMALL.check_against(saved)
+    SMALL.check_against({k: v for k, v in SMALL.to_json().items() if k != "credit_settings"})  # older folders
+    first = BenchLayout(tmp_path / "plain")
+    first.root.mkdir()
+    first.settings_file.write_text(json.dumps(SMALL.to_json()))
+    fake_warmup(first, "deep_search")
+    fake_eval(first, "deep_search-clean", 0, [1, 0, 0], [0.5, 0.5, 0])
+    # the warm-up and step-0 evaluation never see the credit block, so a credit lever pairs against them
+    assert share_start(BenchLayout(tmp_path / "kl"), first, anchored, select_configs(["deep_search-clean"])) == [
+        "warm-up deep_search", "step-0 evaluation deep_search-clean"]
+    second, configs = BenchLayout(tmp_path / "kl"), select_configs(["deep_search-clean"])
+    assert "credit kl.coef=0.02;" in render_table(second, anchored, configs, states_of(second, anchored, configs))
+
+
+def test_the_script_trains_on_an_edited_copy_and_warms_up_on_the_plain_one(tmp_path):
+    bench = _script()
+    layout = BenchLayout(tmp_path)
+    config = select_configs(["deep_search-clean"])[0]
+    settings = BenchSettings(credit_settings=("kl.coef=0.02", "normalization=mean_only"))
+    from matpo_graph.core.loader import load_graph
+
+    plain = load_graph(bench._write_graph(layout, settings, config))
+    trained = load_graph(bench._write_graph(layout, settings, config, rl=True))
+    assert (plain.credit.kl.coef, plain.credit.normalization) == (0.0, "std")
+    assert (trained.credit.kl.coef, trained.credit.normalization) == (0.02, "mean_only")
+    assert trained.limits == plain.limits and trained.roles == plain.roles
+    assert bench._write_graph(layout, BenchSettings(), config, rl=True) == layout.graph("deep_search")
 
 
 def test_heldout_questions_from_the_test_split_and_their_hops():

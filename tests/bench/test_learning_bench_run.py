@@ -32,7 +32,8 @@ def test_benchmark_runs_then_resumes_without_redoing_anything(tmp_path, monkeypa
     out = tmp_path / "bench"
     common = ["--out", str(out), "--configs", "single_agent-clean", "--eval-every", "1", "--eval-questions", "2",
               "--samples", "2", "--warmup-tokens", "600", "--warmup-demos", "2", "--warmup-drills", "2",
-              "--train-layers", "1", "--policy", f"scripted:{script}", "--lr", "3e-06", "--temperature", "0.9"]
+              "--train-layers", "1", "--policy", f"scripted:{script}", "--lr", "3e-06", "--temperature", "0.9",
+              "--credit", "normalization=mean_only"]
     ran: list[list[str]] = []
     real_run = subprocess.run
 
@@ -52,6 +53,7 @@ def test_benchmark_runs_then_resumes_without_redoing_anything(tmp_path, monkeypa
     assert (run / "sft").is_symlink() and (run / "checkpoints" / "step_000001").is_dir()
     trained = json.loads((run / "train_config.json").read_text())
     assert trained["lr"] == 3e-06 and trained["temperature"] == 0.9  # --lr and --temperature reached the trainer
+    assert json.loads((run / "credit_plan.json").read_text())["normalization"] == "mean_only"  # and --credit
     assert layout.eval_trees("single_agent-clean", 1).is_file()
     table = (out / "learning.md").read_text()
     assert "PARTIAL" not in table and "single agent (GRPO), clean" in table
