@@ -1,0 +1,83 @@
+"""The flip report sorts evaluation trees into outcomes and pairs greedy answers by question."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from matpo_graph.bench.flips import compare_evaluations, render_flips, tree_shape
+from matpo_graph.core.rollout import CallRecord, RewardBreakdown, RolloutTree, Trajectory, Turn
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_tree(qid: str, tag: str, k: int, *, acc: float, answer: str | None = "x", truncated: str | None = None,
+              delegations: int = 1, tool_error: bool = False) -> RolloutTree:
+    root_calls = [CallRecord(name="browse", kind="child", child_id=f"0.{i}") for i in range(delegations)]
+    root = Trajectory(traj_id="0", role="planner", depth=0,
+                      turns=[Turn(index=0, text="...", num_tokens=20, calls=root_calls),
+                             Turn(index=1, text="answer", num_tokens=5)])
+    children = [Trajectory(traj_id=f"0.{i}", parent_id="0", role="browser", depth=1,
+                           turns=[Turn(index=0, text="search", num_tokens=10,
+                                       calls=[CallRecord(name="search", error="HTTP 500" if tool_error else None),
+                                              CallRecord(name="nonsense", kind="invalid", valid=False)])])
+                for i in range(delegations)]
+    return RolloutTree(tree_id=f"{tag}0-{qid}/{k}", group_id=f"{tag}0-{qid}", question="?",
+                       trajectories=[root, *children], truncated=truncated,
+                       metadata={"question_id": qid, "hops": 2},
+                       reward=RewardBreakdown(total=acc, accuracy=acc, format=0.0, answer=answer))
+
+
+def test_tree_shape_outcomes_and_counts():
+    assert tree_shape(make_tree("a", "eg", 0, acc=1.0)).outcome == "right"
+    assert tree_shape(make_tree("a", "eg", 0, acc=0.0)).outcome == "wrong answer"
+    assert tree_shape(make_tree("a", "eg", 0, acc=0.0, answer=None)).outcome == "no answer"
+    # a tree stopped by its budget counts as cut off even when its (forced) answer happens to match
+    assert tree_shape(make_tree("a", "eg", 0, acc=1.0, truncated="tree_tokens")).outcome == "cut off"
+    s = tree_shape(make_tree("a", "es", 3, acc=0.0, delegations=2, tool_error=True))
+    assert not s.greedy and s.question == "a" and s.hops == 2 and s.answer == "x"
+    assert (s.delegations, s.root_turns, s.generated_tokens) == (2, 2, 45)
+    assert (s.tool_calls, s.tool_errors, s.invalid_calls) == (2, 2, 2)
+    with pytest.raises(ValueError, match="no reward"):
+        tree_shape(make_tree("a", "eg", 0, acc=1.0).model_copy(update={"reward": None}))
+
+
+def test_compare_pairs_greedy_answers_by_question():
+    before = [make_tree("a", "eg", 0, acc=1.0), make_tree("b", "eg", 0, acc=1.0),
+              make_tree("c", "eg", 0, acc=0.0, answer=None), make_tree("a", "es", 0, acc=0.0)]
+    # order differs and one question only exists after: it is not paired
+    after = [make_tree("c", "eg", 0, acc=1.0, delegations=3), make_tree("b", "eg", 0, acc=0.0, delegations=0),
+             make_tree("a", "eg", 0, acc=1.0), make_tree("d", "eg", 0, acc=1.0),
+             make_tree("a", "es", 0, acc=0.0, answer=None)]
+    report = compare_evaluations(before, after, before_step=0, after_step=10)
+    assert report.greedy_transitions == {("right", "right"): 1, ("right", "wrong answer"): 1,
+                                         ("no answer", "right"): 1}
+    assert [q for q, _, _ in report.lost] == ["b"] and [q for q, _, _ in report.won] == ["c"]
+    assert report.lost[0][2].delegations == 0
+    assert report.behaviour["greedy"]["delegations"] == (1.0, 1.25)
+    assert report.sampled_outcomes["wrong answer"] == (1, 0) and report.sampled_outcomes["no answer"] == (0, 1)
+    text = render_flips(report)
+    assert "| right | 1 | 1 | 0 | 0 |" in text and "### Lost greedy answers (1)" in text
+    assert "| b | 2 | right; 'x'; 1 delegations" in text
+    with pytest.raises(ValueError, match="two greedy trees"):
+        compare_evaluations(before + [make_tree("a", "eg", 0, acc=0.0)], after, before_step=0, after_step=10)
+
+
+def test_script_reads_a_benchmark_folder(tmp_path):
+    evals = tmp_path / "runs" / "deep_search-clean" / "evals"
+    evals.mkdir(parents=True)
+    for step, acc in ((0, 1.0), (10, 0.0)):
+        with gzip.open(evals / f"step_{step:06d}.trees.jsonl.gz", "wt", encoding="utf-8") as fh:
+            fh.write(make_tree("q1", "eg", 0, acc=acc).model_dump_json() + "\n")
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_flips.py"), str(tmp_path)],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "### Lost greedy answers (1)" in run.stdout
+    assert (evals / "flips_0_10.md").read_text() == run.stdout
+    missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_flips.py"), str(tmp_path), "--steps", "0", "5"],
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and "no evaluation trees for step 5" in missing.stderr
