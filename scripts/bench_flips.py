@@ -18,16 +18,13 @@ import sys
 from pathlib import Path
 
 from matpo_graph.bench.flips import compare_evaluations, render_flips
+from matpo_graph.bench.learning_bench import BenchLayout
 from matpo_graph.core.rollout import RolloutTree
 
 
 def _trees(path: Path) -> list[RolloutTree]:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         return [RolloutTree.model_validate_json(line) for line in fh if line.strip()]
-
-
-def _tree_file(evals: Path, step: int) -> Path:
-    return evals / f"step_{step:06d}.trees.jsonl.gz"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,18 +34,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, nargs=2, metavar=("BEFORE", "AFTER"),
                    help="the two evaluations (default: 0 and the last one)")
     args = p.parse_args(argv)
-    evals = args.folder / "runs" / args.config / "evals"
+    layout = BenchLayout(args.folder)
+    evals = layout.eval_file(args.config, 0).parent
     done = sorted(int(f.name[5:11]) for f in evals.glob("step_*.trees.jsonl.gz")) if evals.is_dir() else []
     if len(done) < 2 and not args.steps:
         print(f"error: {evals} holds {len(done)} evaluation(s) with trees; two are needed", file=sys.stderr)
         return 2
     before, after = args.steps or (done[0], done[-1])
     for step in (before, after):
-        if not _tree_file(evals, step).is_file():
+        if not layout.eval_trees(args.config, step).is_file():
             print(f"error: no evaluation trees for step {step} in {evals} (have steps {done})", file=sys.stderr)
             return 2
-    report = compare_evaluations(_trees(_tree_file(evals, before)), _trees(_tree_file(evals, after)),
-                                 before_step=before, after_step=after)
+    first, last = (_trees(layout.eval_trees(args.config, step)) for step in (before, after))
+    report = compare_evaluations(first, last, before_step=before, after_step=after)
     text = render_flips(report)
     (evals / f"flips_{before}_{after}.md").write_text(text, encoding="utf-8")
     print(text, end="")
