@@ -90,8 +90,11 @@ def advantage_audit(keys: list[str], advantages: list[torch.Tensor], masks: list
     """Check the broadcast on a step's rows: each descendant's advantage equals its root's.
 
     Rows are grouped by veRL's ``{uid}_{session}_{index}`` keys; the root is a session's last row.
-    A row's advantage is read at its trained tokens (all equal under GRPO's broadcast).
+    A row's advantage is read at its trained tokens (all equal under GRPO's broadcast). The count of all
+    rows with a nonzero advantage says whether the step could move the weights at all: a step whose
+    groups were all degenerate (equal rewards) has none, and its gradient is zero by design.
     """
+    signal_rows = sum(int(bool((adv[m.bool()] != 0).any())) for adv, m in zip(advantages, masks, strict=True))
     sessions: dict[str, list[tuple[int, int]]] = {}
     for i, key in enumerate(keys):
         session, _, index = key.rpartition("_")
@@ -115,6 +118,7 @@ def advantage_audit(keys: list[str], advantages: list[torch.Tensor], masks: list
         "matpo/descendant_rows": float(descendants),
         "matpo/descendant_rows_nonzero_adv": float(nonzero),
         "matpo/descendant_root_adv_max_abs_diff": worst,
+        "matpo/rows_nonzero_adv": float(signal_rows),
     }
 
 

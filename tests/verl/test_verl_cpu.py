@@ -81,7 +81,8 @@ def test_advantage_audit_finds_a_descendant_that_does_not_carry_its_roots_advant
     good = [m * a for m, a in zip(masks, [0.5, 0.5, 0.5, -0.5, -0.5], strict=True)]
     audit = advantage_audit(keys, [g.float() for g in good], masks)
     assert audit == {"matpo/descendant_rows": 2.0, "matpo/descendant_rows_nonzero_adv": 2.0,
-                     "matpo/descendant_root_adv_max_abs_diff": 0.0}  # q_1_0 has no trained token: not counted
+                     "matpo/descendant_root_adv_max_abs_diff": 0.0,
+                     "matpo/rows_nonzero_adv": 4.0}  # q_1_0 has no trained token: counted in neither
     bad = list(good)
     bad[1] = masks[1] * 0.25
     assert advantage_audit(keys, [b.float() for b in bad], masks)["matpo/descendant_root_adv_max_abs_diff"] == pytest.approx(0.25)

@@ -120,10 +120,17 @@ def _step(rows: list[dict[str, Any]], step: int) -> dict[str, Any]:
 
 
 def test_two_optimizer_steps_with_finite_loss(verl_run: dict[str, Any]) -> None:
+    signal = []
     for step in (1, 2):
         row = _step(verl_run["rows"], step)
         assert row["matpo/optimizer_steps"] == 1  # train_batch_size / ppo_mini_batch_size, whatever the worker count
-        assert math.isfinite(row["actor/pg_loss"]) and 0.0 < row["actor/grad_norm"] < math.inf
+        assert math.isfinite(row["actor/pg_loss"]) and math.isfinite(row["actor/grad_norm"])
+        # One question a step: its 4 trees may all earn the same reward, and then every advantage (and the
+        # gradient) is zero by design. A step with any nonzero advantage must have a gradient.
+        has_signal = row["matpo/rows_nonzero_adv"] > 0
+        assert (row["actor/grad_norm"] > 0.0) == has_signal, (step, row["actor/grad_norm"], row["matpo/rows_nonzero_adv"])
+        signal.append(has_signal)
+    assert any(signal), "neither step's group mixed rewards; the run showed no update"
     assert sum(_step(verl_run["rows"], s)["matpo/rows"] for s in (1, 2)) > 8  # 8 roots and workers: the planner delegated
 
 
