@@ -12,9 +12,9 @@ from collections.abc import Iterable
 
 from matpo_graph.data.qa import QAItem
 from matpo_graph.env.entities import Entity, World
-from matpo_graph.env.relations import INFOBOX_LABELS, Relation, relations_from
+from matpo_graph.env.relations import INFOBOX_LABELS, RELATIONS, Relation, relations_from
 
-__all__ = ["compose_questions", "split_questions", "within_hops"]
+__all__ = ["asked_relation", "asked_page_kind", "compose_questions", "split_questions", "within_hops"]
 
 
 def _chain(world: "World", rng: random.Random, hops: int) -> tuple[list["Entity"], list[Relation]] | None:
@@ -113,3 +113,15 @@ def split_questions(items: list[QAItem], rng: random.Random,
 def within_hops(items: Iterable[QAItem], max_hops: int | None) -> list[QAItem]:
     """The items whose relation chain has at most `max_hops` hops (an item without a count has 1); None keeps all."""
     return [q for q in items if max_hops is None or int(q.metadata.get("hops", 1)) <= max_hops]
+
+
+def asked_relation(item: QAItem) -> str:
+    """The relation the question finally asks for (its last hop); the item's id when it names none (other data)."""
+    relations = item.metadata.get("relations") or []
+    return str(relations[-1]) if relations else item.id
+
+
+def asked_page_kind(item: QAItem) -> str:
+    """The kind of page whose row answers the question (the last hop's subject); '' when unknown (other data)."""
+    relation = RELATIONS.get(asked_relation(item))
+    return relation.source if relation is not None else ""

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["questions_for_step"]
+__all__ = ["contrast_questions_for_step", "questions_for_step"]
 
 T = TypeVar("T")
 
 
-def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+def _epoch_order(n: int, seed: int | str, epoch: int) -> list[int]:
     order = list(range(n))
     random.Random(f"{seed}:{epoch}").shuffle(order)
     return order
@@ -32,3 +33,47 @@ def questions_for_step(items: Sequence[T], *, step: int, per_step: int, seed: in
         epoch, idx = divmod(pos, n)
         out.append(items[_epoch_order(n, seed, epoch)[idx]])
     return out, start + per_step
+
+
+def contrast_questions_for_step(
+    items: Sequence[T], *, step: int, per_step: int, seed: int,
+    family: Callable[[T], str], member: Callable[[T], str],
+) -> tuple[list[T], int]:
+    """The questions of RL step `step` drawn from ONE family, spread over as many of its members as it has.
+
+    A batch that holds contrasting members together (on the embedded web: questions about the same kind of
+    page that ask for different rows, say birthplace and birth year) gives the update a reason to tell them
+    apart; a shuffled batch may reward one row on two questions and hurt the neighbouring relation on
+    questions it never saw. Families come up in a seeded order, each as often as its size asks, members
+    round-robin in a seeded order per visit, and each member walks through its own seeded permutations, so the order depends only
+    on (seed, step) and a resumed run sees what an uninterrupted one would. Returns the questions and the
+    data position after them (step * per_step + per_step, as `questions_for_step` counts).
+    """
+    if not items:
+        raise ValueError("no training questions")
+    groups: dict[str, dict[str, list[T]]] = {}
+    for item in items:
+        groups.setdefault(family(item), {}).setdefault(member(item), []).append(item)
+    # Each family holds one ticket per batch of its questions (at least one), so families come up in proportion
+    # to their size, as in a shuffled order; a pass over all tickets is a round.
+    tickets = [f for f in sorted(groups) for _ in range(max(1, round(sum(map(len, groups[f].values())) / per_step)))]
+    rnd, turn = divmod(step, len(tickets))
+    order = _epoch_order(len(tickets), f"{seed}:families", rnd)
+    chosen = tickets[order[turn]]
+    visit = rnd * tickets.count(chosen) + sum(tickets[t] == chosen for t in order[:turn])
+    members = sorted(groups[chosen])
+    member_order = [members[i] for i in _epoch_order(len(members), f"{seed}:{chosen}:members", visit)]
+    slots = math.ceil(per_step / len(member_order))  # picks any one member may give in a visit
+    out: list[T] = []
+    seen: set[int] = set()
+    for i in range(per_step):
+        name = member_order[i % len(member_order)]
+        pool = groups[chosen][name]
+        pos = visit * slots + i // len(member_order)
+        epoch, idx = divmod(pos, len(pool))
+        pick = pool[_epoch_order(len(pool), f"{seed}:{chosen}:{name}", epoch)[idx]]
+        if id(pick) in seen:  # a member with fewer questions than its slots: no repeats within a step
+            continue
+        seen.add(id(pick))
+        out.append(pick)
+    return out, step * per_step + per_step

@@ -18,7 +18,8 @@ from matpo_graph.core.policies import uses_per_role_policies
 from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
 from matpo_graph.rl.config import TrainConfig
-from matpo_graph.rl.data_order import questions_for_step
+from matpo_graph.env.questions import asked_page_kind, asked_relation
+from matpo_graph.rl.data_order import contrast_questions_for_step, questions_for_step
 from matpo_graph.rl.interrupt import StopFlag
 from matpo_graph.tracking.metric_names import canonical_row, verl_batch_metrics
 from matpo_graph.tracking.rollout_metrics import accuracy_signal_groups, rollout_metrics
@@ -143,7 +144,7 @@ class LocalTrainer:
     def _one_step(self, step: int, session: Any, optimizer: Any, items: list[Any]) -> dict[str, Any] | None:
         from matpo_graph.core.credit import assign_credit
 
-        questions, data_pos = questions_for_step(items, step=step, per_step=self.cfg.questions_per_step, seed=self.cfg.seed)
+        questions, data_pos = self._draw(items, step=step, seed=self.cfg.seed)
         t0 = time.perf_counter()
         trees = session.rollout_groups(questions, group_size=self.group_size, step=step)
         if self.stop:
@@ -203,8 +204,7 @@ class LocalTrainer:
         wanted, draws = self.cfg.min_signal_groups, 1
         seen = {q.id for q in questions}
         while wanted and accuracy_signal_groups(trees) < wanted and draws <= self.cfg.max_sampling_rounds:
-            more, _ = questions_for_step(items, step=step * self.cfg.max_sampling_rounds + draws - 1,
-                                         per_step=self.cfg.questions_per_step, seed=self.cfg.seed + 7919)
+            more, _ = self._draw(items, step=step * self.cfg.max_sampling_rounds + draws - 1, seed=self.cfg.seed + 7919)
             more = [q for q in more if q.id not in seen]
             seen.update(q.id for q in more)
             draws += 1
@@ -215,6 +215,13 @@ class LocalTrainer:
                 return None, draws
             trees = trees + session.score(extra, self.plan)
         return trees, draws
+
+    def _draw(self, items: list[Any], *, step: int, seed: int) -> tuple[list[Any], int]:
+        """A step's questions in the configured mix (see TrainConfig.batch_mix); a function of (seed, step)."""
+        if self.cfg.batch_mix == "contrast":
+            return contrast_questions_for_step(items, step=step, per_step=self.cfg.questions_per_step, seed=seed,
+                                               family=asked_page_kind, member=asked_relation)
+        return questions_for_step(items, step=step, per_step=self.cfg.questions_per_step, seed=seed)
 
     @staticmethod
     def _sync_engine(session: Any, optimizer: Any, step: int, *, initial: bool = False) -> None:

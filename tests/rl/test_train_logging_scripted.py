@@ -164,3 +164,33 @@ def test_dynamic_sampling_draws_more_questions_while_no_group_has_accuracy_signa
     assert all(len(q) == 1 for q in groups.values())
     question_ids = [next(iter(q)) for q in groups.values()]
     assert len(question_ids) == len(set(question_ids))  # no question drawn twice in the step
+
+
+def test_contrast_batches_train_each_step_on_one_kind_of_page_over_different_relations(tmp_path):
+    """With batch_mix=contrast a step's questions ask about one kind of page (here person or country pages),
+    each for another relation, read from the questions' own metadata."""
+    pytest.importorskip("torch")
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.core.rollout import read_trees
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.trainer import LocalTrainer
+
+    script, _ = _always_paris(tmp_path, questions=0)
+    relations = {"p0": "born_in", "p1": "birth_year", "p2": "born_in", "p3": "birth_year",
+                 "c0": "capital", "c1": "currency", "c2": "capital", "c3": "currency"}
+    data = tmp_path / "typed.jsonl"
+    data.write_text("".join(json.dumps({"id": qid, "question": f"Question {qid}?", "answer": "Paris",
+                                        "metadata": {"relations": ["works_for", rel]}}) + "\n"
+                            for qid, rel in relations.items()))
+    program, plan = load_program(ROOT / "graphs" / "single_agent.yaml")
+    cfg = TrainConfig(policy=f"scripted:{script}", data=str(data), eval_data=str(data), steps=4, warmstart="none",
+                      questions_per_step=2, group_size=2, eval_questions=0, time_budget_minutes=0, verify_sync=False,
+                      train_layers=1, batch_mix="contrast")
+    LocalTrainer(program, plan, cfg, tmp_path / "run").run()
+    kinds = []
+    for step in range(1, 5):
+        asked = {t.metadata["question_id"] for t in read_trees(tmp_path / "run" / "rollouts" / f"step_{step:06d}.jsonl")}
+        assert len(asked) == 2 and len({relations[q] for q in asked}) == 2  # two relations side by side
+        assert len({q[0] for q in asked}) == 1  # one kind of page
+        kinds.append(next(iter(asked))[0])
+    assert sorted(kinds) == ["c", "c", "p", "p"]  # each kind as often as its size asks
