@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from matpo_graph.core.rollout import RolloutTree
 
-__all__ = ["OUTCOMES", "TreeShape", "FlipReport", "tree_shape", "compare_evaluations", "render_flips"]
+__all__ = ["OUTCOMES", "TreeShape", "HopsRow", "FlipReport", "tree_shape", "compare_evaluations", "render_flips"]
 
 OUTCOMES = ("right", "wrong answer", "no answer", "cut off")
 """What a tree ended with, in the order of the report: exact match, an answer that does not match, no
@@ -78,6 +78,22 @@ def tree_shape(tree: RolloutTree) -> TreeShape:
 
 
 @dataclass(frozen=True)
+class HopsRow:
+    """Accuracy and delegations of one kind of tree on questions of one chain length, before and after.
+
+    A policy can trade one kind of question for another (delegating twice helps two-hop questions and can cost
+    one-hop ones) while the overall accuracy barely moves; split by hops, the trade shows.
+    """
+
+    hops: int | None
+    greedy: bool
+    trees: tuple[int, int]
+    accuracy: tuple[float, float]
+    """Fraction of trees ending right (outcome 'right')."""
+    delegations: tuple[float, float]
+
+
+@dataclass(frozen=True)
 class FlipReport:
     """Two evaluations of the same questions, compared."""
 
@@ -92,6 +108,8 @@ class FlipReport:
     """'greedy' / 'sampled' -> measure -> (mean before, mean after) over all trees of that kind."""
     sampled_outcomes: dict[str, tuple[int, int]]
     """outcome -> (sampled trees before, after)."""
+    by_hops: list[HopsRow]
+    """Greedy then sampled rows, by hops ascending (unknown hops last)."""
 
 
 _MEASURES = ("delegations", "root_turns", "generated_tokens", "tool_calls", "tool_errors", "invalid_calls")
@@ -99,6 +117,20 @@ _MEASURES = ("delegations", "root_turns", "generated_tokens", "tool_calls", "too
 
 def _behaviour(shapes: Sequence[TreeShape]) -> dict[str, float]:
     return {m: statistics.fmean(getattr(s, m) for s in shapes) if shapes else 0.0 for m in _MEASURES}
+
+
+def _by_hops(shapes0: Sequence[TreeShape], shapes1: Sequence[TreeShape]) -> list[HopsRow]:
+    rows = []
+    hops = sorted({s.hops for s in (*shapes0, *shapes1)}, key=lambda h: (h is None, h or 0))
+    for greedy in (True, False):
+        for h in hops:
+            sides = [[s for s in shapes if s.greedy == greedy and s.hops == h] for shapes in (shapes0, shapes1)]
+            if not any(sides):
+                continue
+            acc = tuple(statistics.fmean(s.outcome == "right" for s in side) if side else 0.0 for side in sides)
+            dele = tuple(statistics.fmean(s.delegations for s in side) if side else 0.0 for side in sides)
+            rows.append(HopsRow(h, greedy, (len(sides[0]), len(sides[1])), acc, dele))  # type: ignore[arg-type]
+    return rows
 
 
 def compare_evaluations(before: Iterable[RolloutTree], after: Iterable[RolloutTree], *, before_step: int,
@@ -136,7 +168,7 @@ def compare_evaluations(before: Iterable[RolloutTree], after: Iterable[RolloutTr
     sampled0 = Counter(s.outcome for s in shapes0 if not s.greedy)
     sampled1 = Counter(s.outcome for s in shapes1 if not s.greedy)
     return FlipReport(before_step, after_step, dict(transitions), won, lost, behaviour,
-                      {o: (sampled0[o], sampled1[o]) for o in OUTCOMES})
+                      {o: (sampled0[o], sampled1[o]) for o in OUTCOMES}, _by_hops(shapes0, shapes1))
 
 
 def _shape_cell(s: TreeShape) -> str:
@@ -166,6 +198,12 @@ def render_flips(report: FlipReport) -> str:
         g0, g1 = report.behaviour["greedy"][m]
         s0, s1 = report.behaviour["sampled"][m]
         lines.append(f"| {m.replace('_', ' ')} | {g0:.2f} -> {g1:.2f} | {s0:.2f} -> {s1:.2f} |")
+    lines += ["", f"### By hops (step {b} -> step {a})", "",
+              "| hops | kind | trees | accuracy | delegations |", "|---|---|---|---|---|"]
+    for r in report.by_hops:
+        count = f"{r.trees[0]}" if r.trees[0] == r.trees[1] else f"{r.trees[0]} -> {r.trees[1]}"
+        lines.append(f"| {'?' if r.hops is None else r.hops} | {'greedy' if r.greedy else 'sampled'} | {count} | "
+                     f"{r.accuracy[0]:.3f} -> {r.accuracy[1]:.3f} | {r.delegations[0]:.2f} -> {r.delegations[1]:.2f} |")
     lines += ["", "### Sampled outcomes (trees)", "", f"| outcome | step {b} | step {a} |", "|---|---|---|"]
     lines += [f"| {o} | {n0} | {n1} |" for o, (n0, n1) in report.sampled_outcomes.items()]
     return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_tree(qid: str, tag: str, k: int, *, acc: float, answer: str | None = "x", truncated: str | None = None,
-              delegations: int = 1, tool_error: bool = False) -> RolloutTree:
+              delegations: int = 1, tool_error: bool = False, hops: int = 2) -> RolloutTree:
     root_calls = [CallRecord(name="browse", kind="child", child_id=f"0.{i}") for i in range(delegations)]
     root = Trajectory(traj_id="0", role="planner", depth=0,
                       turns=[Turn(index=0, text="...", num_tokens=20, calls=root_calls),
@@ -28,7 +28,7 @@ def make_tree(qid: str, tag: str, k: int, *, acc: float, answer: str | None = "x
                 for i in range(delegations)]
     return RolloutTree(tree_id=f"{tag}0-{qid}/{k}", group_id=f"{tag}0-{qid}", question="?",
                        trajectories=[root, *children], truncated=truncated,
-                       metadata={"question_id": qid, "hops": 2},
+                       metadata={"question_id": qid, "hops": hops},
                        reward=RewardBreakdown(total=acc, accuracy=acc, format=0.0, answer=answer))
 
 
@@ -65,6 +65,22 @@ def test_compare_pairs_greedy_answers_by_question():
     assert "| b | 2 | right; 'x'; 1 delegations" in text
     with pytest.raises(ValueError, match="two greedy trees"):
         compare_evaluations(before + [make_tree("a", "eg", 0, acc=0.0)], after, before_step=0, after_step=10)
+
+
+def test_by_hops_splits_accuracy_and_delegations_by_chain_length():
+    # one-hop answers lost to a second delegation while two-hop ones are won: overall greedy accuracy stays 0.5
+    before = [make_tree("a", "eg", 0, acc=1.0, hops=1), make_tree("b", "eg", 0, acc=0.0, hops=2),
+              make_tree("a", "es", 0, acc=1.0, hops=1), make_tree("a", "es", 1, acc=0.0, hops=1)]
+    after = [make_tree("a", "eg", 0, acc=0.0, hops=1, delegations=2), make_tree("b", "eg", 0, acc=1.0, hops=2, delegations=2),
+             make_tree("a", "es", 0, acc=1.0, hops=1)]
+    rows = {(r.hops, r.greedy): r for r in compare_evaluations(before, after, before_step=0, after_step=5).by_hops}
+    assert list(rows) == [(1, True), (2, True), (1, False)]
+    assert rows[1, True].accuracy == (1.0, 0.0) and rows[1, True].delegations == (1.0, 2.0)
+    assert rows[2, True].accuracy == (0.0, 1.0) and rows[2, True].trees == (1, 1)
+    assert rows[1, False].trees == (2, 1) and rows[1, False].accuracy == (0.5, 1.0)
+    text = render_flips(compare_evaluations(before, after, before_step=0, after_step=5))
+    assert "| 1 | greedy | 1 | 1.000 -> 0.000 | 1.00 -> 2.00 |" in text
+    assert "| 1 | sampled | 2 -> 1 | 0.500 -> 1.000 |" in text
 
 
 def test_script_reads_a_benchmark_folder(tmp_path):
