@@ -5,9 +5,9 @@
 
 Reads `runs/<config>/evals/step_N.trees.jsonl.gz` of the folder (written by scripts/bench_learning.py) and prints
 a markdown report: how each greedy answer's outcome moved (right / wrong answer / no answer / cut off), the
-questions won and lost with what their trees did, and behaviour per tree (delegations, root turns, generated
-tokens, tool calls and errors) for greedy and sampled trees. The report is also written beside the evaluations
-as `flips_<before>_<after>.md`.
+questions won and lost with what their trees did, behaviour per tree (delegations, root turns, generated tokens,
+tool calls and errors) for greedy and sampled trees, and accuracy and delegations by the question's hops. The
+report is also written beside the evaluations as `flips_<before>_<after>.md`.
 """
 
 from __future__ import annotations
