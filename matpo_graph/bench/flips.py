@@ -110,6 +110,14 @@ class FlipReport:
     """outcome -> (sampled trees before, after)."""
     by_hops: list[HopsRow]
     """Greedy then sampled rows, by hops ascending (unknown hops last)."""
+    before_label: str = ""
+    """How the report names the first evaluation (default ``step N``); e.g. a configuration, when two
+    configurations of one folder are compared at one step."""
+    after_label: str = ""
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        return (self.before_label or f"step {self.before_step}", self.after_label or f"step {self.after_step}")
 
 
 _MEASURES = ("delegations", "root_turns", "generated_tokens", "tool_calls", "tool_errors", "invalid_calls")
@@ -134,7 +142,7 @@ def _by_hops(shapes0: Sequence[TreeShape], shapes1: Sequence[TreeShape]) -> list
 
 
 def compare_evaluations(before: Iterable[RolloutTree], after: Iterable[RolloutTree], *, before_step: int,
-                        after_step: int) -> FlipReport:
+                        after_step: int, before_label: str = "", after_label: str = "") -> FlipReport:
     """Compare two evaluations tree by tree; greedy answers are paired by question.
 
     Raises:
@@ -168,7 +176,8 @@ def compare_evaluations(before: Iterable[RolloutTree], after: Iterable[RolloutTr
     sampled0 = Counter(s.outcome for s in shapes0 if not s.greedy)
     sampled1 = Counter(s.outcome for s in shapes1 if not s.greedy)
     return FlipReport(before_step, after_step, dict(transitions), won, lost, behaviour,
-                      {o: (sampled0[o], sampled1[o]) for o in OUTCOMES}, _by_hops(shapes0, shapes1))
+                      {o: (sampled0[o], sampled1[o]) for o in OUTCOMES}, _by_hops(shapes0, shapes1),
+                      before_label, after_label)
 
 
 def _shape_cell(s: TreeShape) -> str:
@@ -178,8 +187,8 @@ def _shape_cell(s: TreeShape) -> str:
 
 def render_flips(report: FlipReport) -> str:
     """Markdown: the greedy transition table, the won and lost questions, and behaviour before and after."""
-    b, a = report.before_step, report.after_step
-    lines = [f"### Greedy answers, step {b} -> step {a} (rows: step {b}, columns: step {a})", "",
+    b, a = report.labels
+    lines = [f"### Greedy answers, {b} -> {a} (rows: {b}, columns: {a})", "",
              "| | " + " | ".join(OUTCOMES) + " |", "|---|" + "---|" * len(OUTCOMES)]
     for o0 in OUTCOMES:
         lines.append(f"| {o0} | " + " | ".join(str(report.greedy_transitions.get((o0, o1), 0)) for o1 in OUTCOMES)
@@ -187,23 +196,23 @@ def render_flips(report: FlipReport) -> str:
     for title, rows in (("Lost", report.lost), ("Won", report.won)):
         lines += ["", f"### {title} greedy answers ({len(rows)})", ""]
         if rows:
-            lines += [f"| question | hops | step {b} | step {a} |", "|---|---|---|---|"]
+            lines += [f"| question | hops | {b} | {a} |", "|---|---|---|---|"]
             lines += [f"| {q} | {'?' if s0.hops is None else s0.hops} | {_shape_cell(s0)} | {_shape_cell(s1)} |"
                       for q, s0, s1 in rows]
         else:
             lines.append("none")
-    lines += ["", f"### Behaviour, mean per tree (step {b} -> step {a})", "",
+    lines += ["", f"### Behaviour, mean per tree ({b} -> {a})", "",
               "| measure | greedy | sampled |", "|---|---|---|"]
     for m in _MEASURES:
         g0, g1 = report.behaviour["greedy"][m]
         s0, s1 = report.behaviour["sampled"][m]
         lines.append(f"| {m.replace('_', ' ')} | {g0:.2f} -> {g1:.2f} | {s0:.2f} -> {s1:.2f} |")
-    lines += ["", f"### By hops (step {b} -> step {a})", "",
+    lines += ["", f"### By hops ({b} -> {a})", "",
               "| hops | kind | trees | accuracy | delegations |", "|---|---|---|---|---|"]
     for r in report.by_hops:
         count = f"{r.trees[0]}" if r.trees[0] == r.trees[1] else f"{r.trees[0]} -> {r.trees[1]}"
         lines.append(f"| {'?' if r.hops is None else r.hops} | {'greedy' if r.greedy else 'sampled'} | {count} | "
                      f"{r.accuracy[0]:.3f} -> {r.accuracy[1]:.3f} | {r.delegations[0]:.2f} -> {r.delegations[1]:.2f} |")
-    lines += ["", "### Sampled outcomes (trees)", "", f"| outcome | step {b} | step {a} |", "|---|---|---|"]
+    lines += ["", "### Sampled outcomes (trees)", "", f"| outcome | {b} | {a} |", "|---|---|---|"]
     lines += [f"| {o} | {n0} | {n1} |" for o, (n0, n1) in report.sampled_outcomes.items()]
     return "\n".join(lines) + "\n"

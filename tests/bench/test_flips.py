@@ -97,3 +97,34 @@ def test_script_reads_a_benchmark_folder(tmp_path):
     missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_flips.py"), str(tmp_path), "--steps", "0", "5"],
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "no evaluation trees for step 5" in missing.stderr
+
+
+def test_script_compares_two_configurations_of_one_folder_with_a_paired_accuracy(tmp_path):
+    import json
+
+    answers = {"single_agent-clean": {"q1": 1.0, "q2": 1.0, "q3": 0.0},
+               "single_agent-noisy": {"q1": 0.0, "q2": 1.0, "q3": 0.0}}
+    for config, acc in answers.items():
+        evals = tmp_path / "runs" / config / "evals"
+        evals.mkdir(parents=True)
+        with gzip.open(evals / "step_000000.trees.jsonl.gz", "wt", encoding="utf-8") as fh:
+            for q, a in acc.items():
+                fh.write(make_tree(q, "eg", 0, acc=a).model_dump_json() + "\n")
+        sampled = {q: a / 2 for q, a in acc.items()}
+        (evals / "step_000000.json").write_text(json.dumps(
+            {"config": config, "step": 0, "questions": list(acc), "greedy": acc, "sampled": sampled, "samples": 2}))
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_flips.py"), str(tmp_path),
+                          "--config", "single_agent-clean", "--against", "single_agent-noisy"],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    # second minus first, paired: differences (-1, 0, 0) -> mean -1/3; the interval is wide but finite
+    assert "| greedy | 3 | 0.667 | 0.333 | -0.333 [" in run.stdout
+    assert "| sampled | 3 | 0.333 | 0.167 | -0.167 [" in run.stdout
+    assert "### Greedy answers, single_agent-clean step 0 -> single_agent-noisy step 0" in run.stdout
+    assert "### Lost greedy answers (1)" in run.stdout and "| q1 | 2 |" in run.stdout
+    written = tmp_path / "runs" / "single_agent-clean" / "evals" / "flips_0_single_agent-noisy_0.md"
+    assert written.read_text() == run.stdout
+    missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_flips.py"), str(tmp_path),
+                              "--config", "single_agent-clean", "--against", "deep_search-clean"],
+                             capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and "no evaluation trees for step 0" in missing.stderr
