@@ -26,7 +26,7 @@ from pathlib import Path
 from matpo_graph.bench.flips import compare_evaluations, render_flips
 from matpo_graph.bench.learning_bench import BenchLayout, read_eval_point
 from matpo_graph.core.rollout import RolloutTree
-from matpo_graph.tracking.stats import paired_difference
+from matpo_graph.tracking.stats import mean, paired_difference
 
 
 def _trees(path: Path) -> list[RolloutTree]:
@@ -49,8 +49,7 @@ def _paired_accuracy(layout: BenchLayout, first: tuple[str, int], second: tuple[
         except ValueError as err:
             return f"(no paired accuracy: {err})\n\n"
         common = [q for q in after if q in before]
-        m0 = sum(before[q] for q in common) / len(common)
-        m1 = sum(after[q] for q in common) / len(common)
+        m0, m1 = mean([before[q] for q in common]), mean([after[q] for q in common])
         diff = f"{d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
         lines.append(f"| {kind} | {len(common)} | {m0:.3f} | {m1:.3f} | {diff} |")
     return "\n".join(lines) + "\n\n"
