@@ -5,7 +5,9 @@ draw; a single run's "+0.10 [+0.01, +0.20]" can be the luck of its seed. Folders
 ``bench_learning.py --share-start A --rl-seed S`` share A's warm-up and step-0 evaluation, so each seed's final
 evaluation pairs question by question with the very same start, and the seeds can be pooled: per question,
 the seeds' mean accuracy minus the start's. A control setting run from the same start (for example today's
-defaults) pools the same way, and the two pool into one paired difference, "lever minus control".
+defaults) pools the same way, and the two pool into one paired difference, "lever minus control". A control
+from another start (a lever that changes the warm-up itself) compares gains instead: per question, the setting's
+seed mean minus its start against the control's seed mean minus the control's start.
 Pure: takes evaluation points, returns numbers and markdown; the script reads the folders.
 """
 
@@ -54,7 +56,10 @@ class SeedReport:
     control_runs: list[SeedRun]
     control_pooled: dict[str, Interval] | None
     versus_control: dict[str, Interval] | None
-    """Per question: the setting's seed mean minus the control's seed mean."""
+    """Per question: the setting's gain (seed mean minus start) minus the control's gain; with one shared start
+    this is the setting's seed mean minus the control's."""
+    control_start: dict[str, float] | None = None
+    """'greedy' / 'sampled' -> mean accuracy of the control's own start; None when it shares the setting's."""
 
 
 def _seed_mean(points: Sequence[EvalPoint], kind: str, questions: Sequence[str]) -> dict[str, float]:
@@ -82,13 +87,16 @@ def _check_same_questions(start: EvalPoint, finals: Mapping[str, EvalPoint]) -> 
 
 
 def compare_seeds(start: EvalPoint, finals: Mapping[str, EvalPoint],
-                  control: Mapping[str, EvalPoint] | None = None) -> SeedReport:
-    """Pair every final evaluation with the shared start, pool the seeds, and compare with a control.
+                  control: Mapping[str, EvalPoint] | None = None,
+                  control_start: EvalPoint | None = None) -> SeedReport:
+    """Pair every final evaluation with its start, pool the seeds, and compare with a control.
 
     Args:
-        start: the step-0 evaluation every run shares.
+        start: the step-0 evaluation every run of the setting shares.
         finals: label -> final evaluation of one seed of the setting.
-        control: label -> final evaluation of one seed of the control setting, from the same start.
+        control: label -> final evaluation of one seed of the control setting.
+        control_start: the control's own step-0 evaluation, on the same questions, when it is not `start`
+            (e.g. the setting changes the warm-up); then the comparison is of gains, each over its own start.
 
     Raises:
         ValueError: no final evaluation, or one that holds other questions than the start.
@@ -96,24 +104,32 @@ def compare_seeds(start: EvalPoint, finals: Mapping[str, EvalPoint],
     if not finals:
         raise ValueError("no final evaluation to compare with the start")
     control = dict(control or {})
-    _check_same_questions(start, {**finals, **control})
+    base = control_start or start
+    _check_same_questions(start, {**finals, **control, **({"control start": control_start} if control_start else {})})
     qs = list(start.questions)
 
-    def pool(points: Sequence[EvalPoint]) -> dict[str, Interval]:
-        return {k: paired_difference(_seed_mean(points, k, qs), getattr(start, k)) for k in _KINDS}
+    def gains(points: Sequence[EvalPoint], origin: EvalPoint, kind: str) -> dict[str, float]:
+        mean = _seed_mean(points, kind, qs)
+        return {q: mean[q] - getattr(origin, kind)[q] for q in qs}
+
+    def pool(points: Sequence[EvalPoint], origin: EvalPoint) -> dict[str, Interval]:
+        return {k: paired_difference(_seed_mean(points, k, qs), getattr(origin, k)) for k in _KINDS}
 
     runs = [_run(label, start, p) for label, p in finals.items()]
-    control_runs = [_run(label, start, p) for label, p in control.items()]
+    control_runs = [_run(label, base, p) for label, p in control.items()]
     spread = {k: statistics.stdev(r.difference[k].estimate for r in runs) if len(runs) > 1 else math.nan
               for k in _KINDS}
     versus = None
     if control:
-        versus = {k: paired_difference(_seed_mean(list(finals.values()), k, qs),
-                                       _seed_mean(list(control.values()), k, qs)) for k in _KINDS}
+        versus = {k: paired_difference(gains(list(finals.values()), start, k), gains(list(control.values()), base, k))
+                  for k in _KINDS}
     return SeedReport(start={k: statistics.fmean(getattr(start, k)[q] for q in qs) for k in _KINDS},
-                      questions=len(qs), runs=runs, pooled=pool(list(finals.values())), seed_spread=spread,
-                      control_runs=control_runs, control_pooled=pool(list(control.values())) if control else None,
-                      versus_control=versus)
+                      questions=len(qs), runs=runs, pooled=pool(list(finals.values()), start), seed_spread=spread,
+                      control_runs=control_runs,
+                      control_pooled=pool(list(control.values()), base) if control else None,
+                      versus_control=versus,
+                      control_start=({k: statistics.fmean(getattr(control_start, k)[q] for q in qs) for k in _KINDS}
+                                     if control_start is not None else None))
 
 
 def _iv(iv: Interval) -> str:
@@ -139,14 +155,17 @@ def render_seeds(report: SeedReport) -> str:
              "| run | greedy | greedy minus start | sampled | sampled minus start |", "|---|---|---|---|---|"]
     lines += _rows("setting", report.runs, report.pooled)
     if report.control_pooled is not None:
-        lines += _rows("control", report.control_runs, report.control_pooled)
+        cs = report.control_start
+        title = "control" if cs is None else f"control (its own start: greedy {cs['greedy']:.3f}, sampled {cs['sampled']:.3f})"
+        lines += _rows(title, report.control_runs, report.control_pooled)
     spread = report.seed_spread
     lines += ["", "Spread between the setting's seeds (standard deviation of their mean differences): greedy "
               + ("n/a (one seed)" if math.isnan(spread["greedy"]) else f"{spread['greedy']:.3f}") + ", sampled "
               + ("n/a (one seed)" if math.isnan(spread["sampled"]) else f"{spread['sampled']:.3f}") + "."]
     if report.versus_control is not None:
         v = report.versus_control
-        lines += ["", f"Setting minus control, seed means paired by question: greedy {_iv(v['greedy'])}, "
-                  f"sampled {_iv(v['sampled'])}."]
+        how = ("seed means paired by question" if report.control_start is None
+               else "gains over each one's own start (seed mean minus start), paired by question")
+        lines += ["", f"Setting minus control, {how}: greedy {_iv(v['greedy'])}, sampled {_iv(v['sampled'])}."]
     return "\n".join(lines) + "\n"
 

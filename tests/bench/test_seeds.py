@@ -89,7 +89,7 @@ def _write(folder: Path, p: EvalPoint) -> None:
     path.write_text(json.dumps(dataclasses.asdict(p)), encoding="utf-8")
 
 
-def _script(*args: Path) -> subprocess.CompletedProcess[str]:
+def _script(*args: Path | str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_seeds.py"), *map(str, args)],
                           capture_output=True, text=True, timeout=60)
 
@@ -110,3 +110,50 @@ def test_script_pools_folders_that_share_a_start_and_refuses_one_that_does_not(t
     unfinished = tmp_path / "unfinished"
     _write(unfinished, START)
     assert "no evaluation after step 0" in _script(a, unfinished).stderr
+
+
+def test_a_control_from_its_own_start_is_compared_by_gains():
+    """A lever that changes the warm-up has another start: each side's gain over its own start, per question."""
+    other_start = point(0, [0, 0, 1, 1], [0, 0.5, 0.5, 0.5])
+    control = point(10, [1, 0, 1, 1], [0.5, 0.5, 0.5, 1])  # gains: greedy (1, 0, 0, 0), sampled (.5, 0, 0, .5)
+    seed = point(10, [1, 1, 1, 0], [0.5, 0.5, 1, 0.5])  # gains over START: greedy (0, 1, 0, 0), sampled (0, .5, 0, 0)
+    report = compare_seeds(START, {"s0": seed}, control={"c0": control}, control_start=other_start)
+    assert report.control_runs[0].difference["greedy"].estimate == pytest.approx(0.25)
+    assert (report.control_runs[0].lost, report.control_runs[0].won) == (0, 1)
+    assert report.versus_control is not None
+    assert report.versus_control["greedy"].estimate == pytest.approx(0.0)  # (0-1, 1-0, 0, 0) / 4
+    assert report.versus_control["sampled"].estimate == pytest.approx((-0.5 + 0.5 + 0 - 0.5) / 4)
+    # the final accuracies alone tie (0.625 sampled each side): only the gains tell the two apart
+    text = render_seeds(report)
+    assert "its own start: greedy 0.500" in text and "gains over each one's own start" in text
+    with pytest.raises(ValueError, match="control start: its greedy evaluation holds other questions"):
+        compare_seeds(START, {"s0": seed}, control={"c0": control},
+                      control_start=dataclasses.replace(other_start, greedy={"a": 0.0}))
+
+
+@settings(max_examples=60, deadline=None)
+@given(accuracies, accuracies, accuracies, accuracies)
+def test_a_control_start_equal_to_the_start_changes_nothing(g0, s0, g1, s1):
+    start, final, ctl = point(0, g0, s0), point(5, g1, s1), point(5, s1, g1)
+    shared = compare_seeds(start, {"s": final}, control={"c": ctl})
+    explicit = compare_seeds(start, {"s": final}, control={"c": ctl}, control_start=start)
+    assert shared.versus_control is not None and explicit.versus_control is not None
+    for kind in ("greedy", "sampled"):
+        assert explicit.versus_control[kind].estimate == pytest.approx(shared.versus_control[kind].estimate)
+
+
+def test_script_compares_a_control_with_a_start_of_its_own(tmp_path: Path):
+    a, c1, c2, stray = tmp_path / "a", tmp_path / "c1", tmp_path / "c2", tmp_path / "stray"
+    _write(a, START)
+    _write(a, point(10, [1, 1, 1, 0], [0.5, 0, 1, 0.5]))
+    other = point(0, [0, 0, 0, 0], [0, 0, 0, 0])
+    for folder in (c1, c2):
+        _write(folder, other)
+        _write(folder, point(10, [1, 0, 0, 0], [0.5, 0, 0, 0]))
+    run = _script(a, "--control", c1, c2)
+    assert run.returncode == 0, run.stderr
+    assert "its own start: greedy 0.000" in run.stdout and "gains over each one's own start" in run.stdout
+    _write(stray, START)
+    _write(stray, point(10, [1, 1, 1, 1], [1, 1, 1, 1]))
+    refused = _script(a, "--control", c1, stray)
+    assert refused.returncode == 2 and f"{stray} has a step-0 evaluation of its own, not {c1}'s" in refused.stderr
