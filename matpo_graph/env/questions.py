@@ -14,7 +14,7 @@ from matpo_graph.data.qa import QAItem
 from matpo_graph.env.entities import Entity, World
 from matpo_graph.env.relations import INFOBOX_LABELS, RELATIONS, Relation, relations_from
 
-__all__ = ["asked_relation", "asked_page_kind", "compose_questions", "split_questions", "within_hops"]
+__all__ = ["asked_relation", "asked_page_kind", "compose_questions", "hop_count", "split_questions", "within_hops"]
 
 
 def _chain(world: "World", rng: random.Random, hops: int) -> tuple[list["Entity"], list[Relation]] | None:
@@ -110,9 +110,14 @@ def split_questions(items: list[QAItem], rng: random.Random,
     return {"train": order[:n_train], "dev": order[n_train:n_train + n_dev], "test": order[n_train + n_dev:]}
 
 
+def hop_count(item: QAItem) -> int:
+    """Length of the question's relation chain; 1 for an item that does not say (other data)."""
+    return int(item.metadata.get("hops", 1))
+
+
 def within_hops(items: Iterable[QAItem], max_hops: int | None) -> list[QAItem]:
     """The items whose relation chain has at most `max_hops` hops (an item without a count has 1); None keeps all."""
-    return [q for q in items if max_hops is None or int(q.metadata.get("hops", 1)) <= max_hops]
+    return [q for q in items if max_hops is None or hop_count(q) <= max_hops]
 
 
 def asked_relation(item: QAItem) -> str:

@@ -31,11 +31,13 @@ class TrainConfig(BaseModel):
     )
     questions_per_step: int = Field(default=2, ge=1, description="Questions per RL step; each gets group_size root rollouts.")
     group_size: int | None = Field(default=None, ge=1, description="Root rollouts per question; the graph's credit.group_size when unset.")
-    batch_mix: Literal["shuffled", "contrast"] = Field(
+    batch_mix: Literal["shuffled", "contrast", "hops"] = Field(
         default="shuffled",
         description="How a step's questions are drawn: 'shuffled' walks seeded permutations of all questions; 'contrast' "
         "draws each step from one kind of page (the last hop's subject: person, city, ...) over as many different "
-        "asked relations as it has, so the update sees neighbouring relations side by side.",
+        "asked relations as it has, so the update sees neighbouring relations side by side; 'hops' takes the "
+        "questions of each relation-chain length in turn (one-hop, two-hop, ...), so every step holds questions "
+        "that need one lookup beside questions that need more (questions without a hop count are one-hop).",
     )
     data: str | None = Field(
         default=None,

@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["contrast_questions_for_step", "questions_for_step"]
+__all__ = ["contrast_questions_for_step", "questions_for_step", "stratified_questions_for_step"]
 
 T = TypeVar("T")
 
@@ -76,4 +76,34 @@ def contrast_questions_for_step(
             continue
         seen.add(id(pick))
         out.append(pick)
+    return out, step * per_step + per_step
+
+
+def stratified_questions_for_step(
+    items: Sequence[T], *, step: int, per_step: int, seed: int, stratum: Callable[[T], int | str],
+) -> tuple[list[T], int]:
+    """The questions of RL step `step`, taken in turn from each stratum (on the embedded web: hop counts).
+
+    Why: the planner's choice of how many lookups to plan is one habit shared by all questions. A batch of
+    two-hop questions only rewards planning more lookups, a batch of one-hop questions only punishes it, so
+    which way a shuffled run's plans drift depends on the luck of its batches. Taking the strata in turn puts
+    both sides of that choice into every step (with at least as many questions a step as strata) and into
+    every run equally. Slot k of the whole run (step * per_step + i) goes to stratum k mod S; each stratum
+    walks its own seeded permutations, so the order depends only on (seed, step), a resumed run sees what an
+    uninterrupted one would, and a stratum repeats a question only after it has given all of its own. Small
+    strata come up as often as large ones (that is the point). Returns the questions and the data position
+    after them (step * per_step + per_step, as `questions_for_step` counts).
+    """
+    if not items:
+        raise ValueError("no training questions")
+    strata: dict[int | str, list[T]] = {}
+    for item in items:
+        strata.setdefault(stratum(item), []).append(item)
+    keys = sorted(strata, key=lambda k: (isinstance(k, str), k))  # numbers before names, each in order
+    out: list[T] = []
+    for slot in range(step * per_step, step * per_step + per_step):
+        visit, which = divmod(slot, len(keys))
+        pool = strata[keys[which]]
+        epoch, idx = divmod(visit, len(pool))
+        out.append(pool[_epoch_order(len(pool), f"{seed}:stratum:{keys[which]}", epoch)[idx]])
     return out, step * per_step + per_step

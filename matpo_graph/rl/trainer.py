@@ -18,8 +18,8 @@ from matpo_graph.core.policies import uses_per_role_policies
 from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
 from matpo_graph.rl.config import TrainConfig
-from matpo_graph.env.questions import asked_page_kind, asked_relation
-from matpo_graph.rl.data_order import contrast_questions_for_step, questions_for_step
+from matpo_graph.env.questions import asked_page_kind, asked_relation, hop_count
+from matpo_graph.rl.data_order import contrast_questions_for_step, questions_for_step, stratified_questions_for_step
 from matpo_graph.rl.interrupt import StopFlag
 from matpo_graph.tracking.metric_names import canonical_row, verl_batch_metrics
 from matpo_graph.tracking.rollout_metrics import accuracy_signal_groups, rollout_metrics
@@ -221,6 +221,9 @@ class LocalTrainer:
         if self.cfg.batch_mix == "contrast":
             return contrast_questions_for_step(items, step=step, per_step=self.cfg.questions_per_step, seed=seed,
                                                family=asked_page_kind, member=asked_relation)
+        if self.cfg.batch_mix == "hops":
+            return stratified_questions_for_step(items, step=step, per_step=self.cfg.questions_per_step, seed=seed,
+                                                 stratum=hop_count)
         return questions_for_step(items, step=step, per_step=self.cfg.questions_per_step, seed=seed)
 
     @staticmethod

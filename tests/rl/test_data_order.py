@@ -65,3 +65,54 @@ def test_contrast_batches_visit_families_as_often_as_their_size_and_every_questi
 def test_contrast_batches_depend_on_the_seed() -> None:
     items = [(f, m, n) for f in "ab" for m in "wxyz" for n in range(5)]
     assert [_contrast(items, s, seed=0) for s in range(6)] != [_contrast(items, s, seed=1) for s in range(6)]
+
+
+# ---------------------------------------------------------------- batches stratified by hops
+
+from matpo_graph.rl.data_order import stratified_questions_for_step  # noqa: E402
+
+_hopped = st.lists(st.tuples(st.integers(1, 4), st.integers(0, 30)), min_size=1, max_size=40, unique=True)
+
+
+def _by_hops(items: list[tuple[int, int]], step: int, per_step: int, seed: int = 0) -> list[tuple[int, int]]:
+    return stratified_questions_for_step(items, step=step, per_step=per_step, seed=seed, stratum=lambda q: q[0])[0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(items=_hopped, step=st.integers(0, 30), per_step=st.integers(1, 8))
+def test_a_stratified_batch_holds_every_stratum_as_evenly_as_its_size_allows(items, step, per_step) -> None:
+    batch = _by_hops(items, step, per_step)
+    assert len(batch) == per_step and all(q in items for q in batch)
+    strata = sorted({q[0] for q in items})
+    counts = [sum(q[0] == h for q in batch) for h in strata]
+    assert max(counts) - min(counts) <= 1  # every stratum within one of the others in every step
+    if per_step >= len(strata):
+        assert min(counts) >= 1
+    assert batch == _by_hops(list(items), step, per_step)  # a function of (seed, step): resumption sees the same
+    _, position = stratified_questions_for_step(items, step=step, per_step=per_step, seed=0, stratum=lambda q: q[0])
+    assert position == step * per_step + per_step
+
+
+@settings(max_examples=60, deadline=None)
+@given(items=_hopped, per_step=st.integers(1, 8))
+def test_each_stratum_gives_all_its_questions_before_repeating_one(items, per_step) -> None:
+    strata = sorted({q[0] for q in items})
+    taken: dict[int, list[tuple[int, int]]] = {h: [] for h in strata}
+    for step in range(12):
+        for q in _by_hops(items, step, per_step):
+            taken[q[0]].append(q)
+    for h, got in taken.items():
+        size = sum(q[0] == h for q in items)
+        first = got[:size]
+        assert len(set(first)) == len(first)  # no repeat within the stratum's first pass
+        if len(got) >= size:
+            assert set(first) == {q for q in items if q[0] == h}
+
+
+def test_stratified_batches_pair_one_and_two_hop_questions_and_depend_on_the_seed() -> None:
+    items = [(1, n) for n in range(30)] + [(2, n) for n in range(10)]  # three times as many one-hop questions
+    for step in range(15):
+        assert sorted(q[0] for q in _by_hops(items, step, 2)) == [1, 2]
+    assert [_by_hops(items, s, 2, seed=0) for s in range(5)] != [_by_hops(items, s, 2, seed=1) for s in range(5)]
+    # an odd batch size takes the extra slot from each stratum in turn
+    assert [sorted(q[0] for q in _by_hops(items, s, 3)) for s in range(2)] == [[1, 1, 2], [1, 2, 2]]

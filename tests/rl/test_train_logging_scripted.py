@@ -194,3 +194,27 @@ def test_contrast_batches_train_each_step_on_one_kind_of_page_over_different_rel
         assert len({q[0] for q in asked}) == 1  # one kind of page
         kinds.append(next(iter(asked))[0])
     assert sorted(kinds) == ["c", "c", "p", "p"]  # each kind as often as its size asks
+
+
+def test_hops_batches_train_each_step_on_one_and_two_hop_questions(tmp_path):
+    """With batch_mix=hops every step holds a one-hop and a two-hop question, read from the questions' metadata,
+    though the data hold three one-hop questions for each two-hop one."""
+    pytest.importorskip("torch")
+    from matpo_graph.compilers.local import load_program
+    from matpo_graph.core.rollout import read_trees
+    from matpo_graph.rl.config import TrainConfig
+    from matpo_graph.rl.trainer import LocalTrainer
+
+    script, _ = _always_paris(tmp_path, questions=0)
+    hops = {f"a{i}": 1 for i in range(6)} | {"b0": 2, "b1": 2}
+    data = tmp_path / "hops.jsonl"
+    data.write_text("".join(json.dumps({"id": qid, "question": f"Question {qid}?", "answer": "Paris",
+                                        "metadata": {"hops": h}}) + "\n" for qid, h in hops.items()))
+    program, plan = load_program(ROOT / "graphs" / "single_agent.yaml")
+    cfg = TrainConfig(policy=f"scripted:{script}", data=str(data), eval_data=str(data), steps=3, warmstart="none",
+                      questions_per_step=2, group_size=2, eval_questions=0, time_budget_minutes=0, verify_sync=False,
+                      train_layers=1, batch_mix="hops")
+    LocalTrainer(program, plan, cfg, tmp_path / "run").run()
+    for step in range(1, 4):
+        asked = {t.metadata["question_id"] for t in read_trees(tmp_path / "run" / "rollouts" / f"step_{step:06d}.jsonl")}
+        assert sorted(hops[q] for q in asked) == [1, 2]
