@@ -7,7 +7,8 @@ For every scripts/bench_learning.py folder: the sum of root advantage x root del
 (`runs/<config>/rollouts/step_*.jsonl`), by the questions' hop counts (above zero: the batches rewarded delegating
 more), and, from its step-0 and last evaluations, the share of held-out one-hop trees whose root delegated more
 than once and their accuracy. One markdown row per run, sorted by the push (matpo_graph/bench/plan_credit.py
-says why the statistic is a covariance and what the reading is).
+says why the statistic is a covariance and what the reading is). A folder stopped after its step-0 evaluation
+(a warm-up compared with another) gets its step-0 plans only.
 """
 
 from __future__ import annotations
@@ -34,13 +35,11 @@ def _run(folder: Path, config: str) -> RunPlanCredit:
     layout = BenchLayout(folder)
     rollouts = sorted((layout.run(config) / "rollouts").glob("step_*.jsonl"))
     evals = sorted(layout.eval_trees(config, 0).parent.glob("step_??????.trees.jsonl.gz"))
-    if not rollouts:
-        raise SystemExit(f"error: {layout.run(config) / 'rollouts'} holds no training trees")
-    if len(evals) < 2:
-        raise SystemExit(f"error: {layout.eval_trees(config, 0).parent} needs the step-0 and a later evaluation's trees")
-    push = delegation_push(t for path in rollouts for t in iter_trees(path))
+    if not evals or not evals[0].name.startswith("step_000000"):
+        raise SystemExit(f"error: {layout.eval_trees(config, 0)} is missing: no step-0 evaluation to start from")
+    push = delegation_push(t for path in rollouts for t in iter_trees(path)) if rollouts else None
     return RunPlanCredit(label=str(folder), push=push, before=one_hop_plans(_eval_trees(evals[0])),
-                         after=one_hop_plans(_eval_trees(evals[-1])))
+                         after=one_hop_plans(_eval_trees(evals[-1])) if len(evals) > 1 else None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,21 +102,28 @@ class RunPlanCredit:
     """One run: its training batches' push and its held-out one-hop plans before and after."""
 
     label: str
-    push: DelegationPush
+    push: DelegationPush | None
+    """None: the folder holds no training trees (a warm-up evaluated at step 0 only)."""
     before: OneHopPlans
-    after: OneHopPlans
+    after: OneHopPlans | None
+    """None: no evaluation after step 0."""
 
 
 def render_plan_credit(runs: Sequence[RunPlanCredit]) -> str:
     """Markdown: one row per run, sorted by the push, so a reading that the push sets the drift shows at a glance."""
-    hops = sorted({h for r in runs for h in r.push.by_hops if h is not None})
-    head = " | ".join(f"push, {h}-hop groups" for h in hops)
-    lines = [f"| run | training trees | {head} | push, all | one-hop trees delegating twice or more, before -> after "
-             "(greedy) | one-hop accuracy, before -> after |",
-             "|---|---|" + "---|" * len(hops) + "---|---|---|"]
-    for r in sorted(runs, key=lambda r: r.push.total):
-        cells = " | ".join(f"{r.push.by_hops.get(h, 0.0):+.2f}" for h in hops)
-        lines.append(f"| {r.label} | {r.push.trees} | {cells} | {r.push.total:+.2f} | {r.before.over_share:.2f} -> "
-                     f"{r.after.over_share:.2f} ({r.before.greedy_over_share:.2f} -> {r.after.greedy_over_share:.2f}) | "
-                     f"{r.before.accuracy:.2f} -> {r.after.accuracy:.2f} |")
+    hops = sorted({h for r in runs if r.push is not None for h in r.push.by_hops if h is not None})
+    head = ["run", "training trees", *(f"push, {h}-hop groups" for h in hops), "push, all",
+            "one-hop trees delegating twice or more, before -> after (greedy)", "one-hop accuracy, before -> after"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(runs, key=lambda r: r.push.total if r.push is not None else float("inf")):
+        if r.push is None:
+            cells, trees, total = " | ".join("-" for _ in hops), "0", "-"
+        else:
+            cells = " | ".join(f"{r.push.by_hops.get(h, 0.0):+.2f}" for h in hops)
+            trees, total = str(r.push.trees), f"{r.push.total:+.2f}"
+        b, a = r.before, r.after
+        plans = (f"{b.over_share:.2f} -> {a.over_share:.2f} ({b.greedy_over_share:.2f} -> {a.greedy_over_share:.2f})"
+                 if a is not None else f"{b.over_share:.2f} ({b.greedy_over_share:.2f})")
+        accuracy = f"{b.accuracy:.2f} -> {a.accuracy:.2f}" if a is not None else f"{b.accuracy:.2f}"
+        lines.append(f"| {r.label} | {trees} | {cells}{' | ' if hops else ''}{total} | {plans} | {accuracy} |")
     return "\n".join(lines) + "\n"

@@ -80,7 +80,15 @@ def test_script_reads_a_benchmark_folder(tmp_path: Path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "| 2 | +1.00 | +1.00 | 0.00 -> 1.00 (0.00 -> 1.00) | 1.00 -> 1.00 |" in out.stdout
+    # a warm-up evaluated at step 0 only: its plans, no push
+    (run / "evals" / "step_000010.trees.jsonl.gz").unlink()
+    for f in (run / "rollouts").iterdir():
+        f.unlink()
+    only = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_plan_credit.py"), str(tmp_path / "bench")],
+                          capture_output=True, text=True, timeout=60)
+    assert only.returncode == 0, only.stderr
+    assert "| 0 | - | 0.00 (0.00) | 1.00 |" in only.stdout
     empty = tmp_path / "empty"
     failed = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_plan_credit.py"), str(empty)],
                             capture_output=True, text=True, timeout=60)
-    assert failed.returncode != 0 and "holds no training trees" in failed.stderr
+    assert failed.returncode != 0 and "no step-0 evaluation" in failed.stderr
