@@ -85,10 +85,10 @@ def stratified_questions_for_step(
     """The questions of RL step `step`, taken in turn from each stratum (on the embedded web: hop counts).
 
     Why: the planner's choice of how many lookups to plan is one habit shared by all questions. A batch of
-    two-hop questions only rewards planning more lookups, a batch of one-hop questions only punishes it, so
+    two-hop questions mostly rewards planning more lookups, a batch of one-hop questions mostly punishes it, so
     which way a shuffled run's plans drift depends on the luck of its batches. Taking the strata in turn puts
     both sides of that choice into every step (with at least as many questions a step as strata) and into
-    every run equally. Slot k of the whole run (step * per_step + i) goes to stratum k mod S; each stratum
+    every run equally. (On dev it did no better than shuffled batches: docs/benchmarks/learning.md.) Slot k of the whole run (step * per_step + i) goes to stratum k mod S; each stratum
     walks its own seeded permutations, so the order depends only on (seed, step), a resumed run sees what an
     uninterrupted one would, and a stratum repeats a question only after it has given all of its own. Small
     strata come up as often as large ones (that is the point). Returns the questions and the data position
