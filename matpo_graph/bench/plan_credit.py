@@ -21,11 +21,6 @@ from matpo_graph.core.rollout import RolloutTree
 __all__ = ["DelegationPush", "OneHopPlans", "RunPlanCredit", "delegation_push", "one_hop_plans", "render_plan_credit"]
 
 
-def _root_delegations(tree: RolloutTree) -> int:
-    root = tree.trajectories[0] if tree.trajectories else None
-    return sum(1 for turn in root.turns for c in turn.calls if c.kind == "child") if root else 0
-
-
 @dataclass(frozen=True)
 class DelegationPush:
     """Advantage times root delegations, summed over a run's training trees, by the question's hop count."""
@@ -42,15 +37,17 @@ def delegation_push(trees: Iterable[RolloutTree]) -> DelegationPush:
     """Sum of root advantage x root delegations per hop count (None: the question's hops are unknown).
 
     Trees without a root advantage (not yet credited) count as advantage 0.
+
+    Raises:
+        ValueError: a tree without a reward (training trees are scored before they are written).
     """
     by_hops: dict[int | None, float] = {}
     n = 0
     for tree in trees:
         n += 1
-        hops = tree.metadata.get("hops")
-        key = hops if isinstance(hops, int) else None
+        shape = tree_shape(tree)
         adv = tree.trajectories[0].advantage if tree.trajectories else None
-        by_hops[key] = by_hops.get(key, 0.0) + float(adv or 0.0) * _root_delegations(tree)
+        by_hops[shape.hops] = by_hops.get(shape.hops, 0.0) + float(adv or 0.0) * shape.delegations
     return DelegationPush(by_hops=by_hops, trees=n)
 
 
