@@ -5,8 +5,9 @@ Tolerances (stated in docs/performance.md): float32 engine, loss within 1e-5 and
 norm of the difference); bf16 engine (the trained layers under bf16 autocast, as the update runs it), loss
 within 2e-3 and gradient within 0.2 with cosine >= 0.98. The expert's trees differ from run to run (their URLs
 carry the port of a freshly started embedded web), and so does bf16's rounding: measured fp32 2.6e-7 / < 1e-4;
-bf16 5.9e-4 / 0.037 (cosine 0.9994) on one run's trees and 0.130 on another's. A wrong mask, advantage or
-logprob moves the gradient by order 1, far outside these.
+bf16 5.9e-4 / 0.037 (cosine 0.9994) on one run's trees and 0.130 on another's. The old logprobs of the
+rewarded trees are lowered by 0.1 so the loss is not zero by construction (-0.0405; fp32 within 7e-8, bf16
+within 1.2e-4, one run). A wrong mask, advantage or logprob moves the gradient by order 1, far outside these.
 """
 
 from __future__ import annotations
@@ -42,8 +43,23 @@ def optimizer(model_dir, plan, **cfg):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def reference(setup):  # type: ignore[no-untyped-def]
+def shifted(setup):  # type: ignore[no-untyped-def]
+    """The step with the old logprobs of every other tree (the rewarded ones) lowered by 0.1: a ratio of 1.105,
+    inside the clip. With the sampling logprobs as they are the ratio is 1 and group-normalised advantages
+    cancel, so the loss is 0 up to rounding and could not tell a right loss from a wrong one."""
     plan, model_dir, trees = setup
+    out = []
+    for i, tree in enumerate(trees):
+        drop = 0.1 if i % 2 == 0 else 0.0
+        trajs = [t.model_copy(update={"logprobs": [lp - drop if m else lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True)]})
+                 for t in tree.trajectories]
+        out.append(tree.model_copy(update={"trajectories": trajs}))
+    return plan, model_dir, out
+
+
+@pytest.fixture(scope="module")
+def reference(shifted):  # type: ignore[no-untyped-def]
+    plan, model_dir, trees = shifted
     ref = optimizer(model_dir, plan, precision="fp32", old_logprobs="engine")
     ref.use_padded_reference()
     assert ref.forward is None
@@ -51,13 +67,13 @@ def reference(setup):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("precision, loss_tol, grad_tol, min_cos", [("fp32", 1e-5, 1e-3, 0.99999), ("bf16", 2e-3, 0.2, 0.98)])
-def test_engine_loss_and_gradient_match_the_float32_reference(setup, reference, precision, loss_tol, grad_tol, min_cos):
-    plan, model_dir, trees = setup
+def test_engine_loss_and_gradient_match_the_float32_reference(shifted, reference, precision, loss_tol, grad_tol, min_cos):
+    plan, model_dir, trees = shifted
     want_loss, want = reference
     opt = optimizer(model_dir, plan, precision=precision, old_logprobs="engine")
     assert opt.forward is not None and opt.forward.precision == precision and opt.forward.cut == 20
     loss, got = opt.loss_and_gradients(trees)
-    assert want_loss != 0.0
+    assert abs(want_loss) > 1e-2
     assert abs(loss - want_loss) <= loss_tol
     num = sum(float((a - b).pow(2).sum()) for a, b in zip(got, want, strict=True)) ** 0.5
     den = sum(float(b.pow(2).sum()) for b in want) ** 0.5
