@@ -91,6 +91,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--credit", dest="credit_settings", action="append", default=[], metavar="KEY=VALUE",
                    help="an edit of the graph's credit block for every RL run (repeatable; e.g. kl.coef=0.02 or "
                         "normalization=mean_only); warm-ups and step-0 evaluations are unaffected; fixed for the folder")
+    p.add_argument("--frozen-role", dest="frozen_roles", action="append", default=[], metavar="ROLE",
+                   help="a role the RL runs do not train (repeatable; e.g. planner): its trajectories stay out of the loss; "
+                        "warm-ups and step-0 evaluations are unaffected; fixed for the folder")
     p.add_argument("--warmup-variety", type=float, default=0.0, metavar="P",
                    help="`matpo-graph sft --variety` of every warm-up (default 0: the canonical expert); fixed for the folder")
     p.add_argument("--train-layers", type=int, help="decoder layers trained, from the top (default: the trainer's 10)")
@@ -107,7 +110,7 @@ def _settings(args: argparse.Namespace) -> BenchSettings:
         warmup_demos=args.warmup_demos, warmup_drills=args.warmup_drills, tree_tokens=args.tree_tokens or None,
         tree_seconds=args.tree_seconds or None, lr=args.lr,
         temperature=args.temperature, train_settings=tuple(args.train_settings),
-        credit_settings=tuple(args.credit_settings), warmup_variety=args.warmup_variety,
+        credit_settings=tuple(args.credit_settings), frozen_roles=tuple(args.frozen_roles), warmup_variety=args.warmup_variety,
         rl_seed=args.rl_seed, heldout_split=args.heldout_split, heldout_max_hops=args.heldout_max_hops,
     )
 
@@ -122,12 +125,12 @@ def _load_settings(layout: BenchLayout, settings: BenchSettings, *, write: bool)
 
 def _write_graph(layout: BenchLayout, settings: BenchSettings, config: BenchConfig, *, rl: bool = False) -> Path:
     """A self-contained copy of the configuration's graph with the benchmark's tree budget; with `rl`, the copy RL
-    trains with, which also carries the folder's credit settings (the plain copy when there are none)."""
+    trains with, which also carries the folder's credit settings and frozen roles (the plain copy when there are none)."""
     from matpo_graph.bench.learning_bench import edit_credit
     from matpo_graph.compilers.local import normalised_graph_yaml
     from matpo_graph.core.loader import load_graph
 
-    edited = rl and bool(settings.credit_settings)
+    edited = rl and bool(settings.credit_settings or settings.frozen_roles)
     path = layout.rl_graph(config.variant) if edited else layout.graph(config.variant)
     src = ROOT / config.graph_file
     graph = load_graph(src)
@@ -136,12 +139,27 @@ def _write_graph(layout: BenchLayout, settings: BenchSettings, config: BenchConf
         graph = graph.model_copy(update={"limits": graph.limits.model_copy(update=update)})
     if edited:
         graph = graph.model_copy(update={"credit": edit_credit(graph.credit, settings.credit_settings)})
+        _check_frozen_roles(settings, config)
+        roles = {name: role.model_copy(update={"trainable": False}) if name in settings.frozen_roles else role
+                 for name, role in graph.roles.items()}
+        graph = graph.model_copy(update={"roles": roles})
     text = normalised_graph_yaml(graph, src.parent)
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         load_graph(path)  # the copy must load on its own
     return path
+
+
+def _check_frozen_roles(settings: BenchSettings, config: BenchConfig) -> None:
+    """Fail on a --frozen-role the configuration's graph does not have, before any warm-up is spent."""
+    from matpo_graph.core.loader import load_graph
+
+    src = ROOT / config.graph_file
+    roles = load_graph(src).roles
+    unknown = sorted(set(settings.frozen_roles) - set(roles))
+    if unknown:
+        raise ValueError(f"--frozen-role {', '.join(unknown)}: {src} has roles {', '.join(sorted(roles))}")
 
 
 def _layers(args: argparse.Namespace, flag: str) -> list[str]:
@@ -231,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = _settings(args)
         configs = select_configs(args.configs)
+        for config in configs:
+            _check_frozen_roles(settings, config)
         layout = BenchLayout(args.out)
         _load_settings(layout, settings, write=not (args.status or args.report_only or args.dry_run))
         if settings.custom_heldout:

@@ -121,6 +121,9 @@ class BenchSettings:
     credit_settings: tuple[str, ...] = ()
     """KEY=VALUE edits of the graph's `credit` block for every RL run (e.g. ``kl.coef=0.02``,
     ``normalization=mean_only``): advantage and loss levers that live in the graph rather than the trainer."""
+    frozen_roles: tuple[str, ...] = ()
+    """Roles whose trajectories the RL runs leave out of the loss (`trainable: false` in the RL graph copy): with
+    one shared policy the role still changes through the others' updates, but nothing pushes it directly."""
     warmup_variety: float = 0.0
     """`matpo-graph sft --variety` of every warm-up: how often the expert departs from its canonical action."""
 
@@ -135,7 +138,7 @@ class BenchSettings:
 
     FIXED = ("eval_questions", "samples", "questions_per_step", "seed", "warmup_tokens", "warmup_demos",
              "warmup_drills", "tree_tokens", "tree_seconds", "lr", "temperature", "train_settings", "credit_settings",
-             "warmup_variety", "rl_seed", "heldout_split", "heldout_max_hops")
+             "frozen_roles", "warmup_variety", "rl_seed", "heldout_split", "heldout_max_hops")
     START = ("eval_questions", "samples", "seed", "warmup_tokens", "warmup_demos", "warmup_drills", "tree_tokens",
              "tree_seconds", "warmup_variety", "heldout_split", "heldout_max_hops")
     """What the warm-up and the step-0 evaluation depend on: folders agreeing here may share them."""

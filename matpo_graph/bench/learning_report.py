@@ -95,6 +95,7 @@ def render_table(layout: BenchLayout, settings: BenchSettings, configs: Sequence
         f"rollout temperature {f'{settings.temperature:g}' if settings.temperature is not None else 'the trainer default'}; "
         f"{'further train settings ' + ', '.join(settings.train_settings) + '; ' if settings.train_settings else ''}"
         f"{'credit ' + ', '.join(settings.credit_settings) + '; ' if settings.credit_settings else ''}"
+        f"{'roles not trained by RL: ' + ', '.join(settings.frozen_roles) + '; ' if settings.frozen_roles else ''}"
         f"warm-up budget {settings.warmup_tokens:,} trained tokens"
         f"{f', expert variety {settings.warmup_variety:g}' if settings.warmup_variety else ''}; per-tree budget {tree_budget}.",
         f"Held-out: the same {settings.eval_questions} embedded-web {settings.heldout_split} questions "

@@ -326,6 +326,26 @@ def test_the_script_trains_on_an_edited_copy_and_warms_up_on_the_plain_one(tmp_p
     assert bench._write_graph(layout, BenchSettings(), config, rl=True) == layout.graph("deep_search")
 
 
+def test_a_frozen_role_is_left_out_of_the_rl_copy_only_and_a_typo_fails_first(tmp_path, capsys):
+    bench = _script()
+    layout = BenchLayout(tmp_path)
+    config = select_configs(["deep_search-clean"])[0]
+    settings = BenchSettings(frozen_roles=("planner",))
+    from matpo_graph.compilers.local import load_program
+
+    plain = bench._write_graph(layout, settings, config)
+    trained = bench._write_graph(layout, settings, config, rl=True)
+    assert plain != trained
+    assert set(load_program(plain)[1].trained_roles) == {"browser", "planner"}
+    assert load_program(trained)[1].trained_roles == ["browser"]
+    with pytest.raises(SettingsMismatch, match="frozen_roles"):
+        BenchSettings().check_against(json.loads(json.dumps(settings.to_json())))
+    BenchSettings().check_against({k: v for k, v in BenchSettings().to_json().items() if k != "frozen_roles"})
+    assert bench.main(["--out", str(tmp_path / "typo"), "--configs", "deep_search-clean", "--frozen-role", "plannr",
+                       "--dry-run"]) == 2
+    assert "plannr" in capsys.readouterr().err and not (tmp_path / "typo").exists()
+
+
 def test_heldout_questions_from_the_test_split_and_their_hops():
     default = BenchSettings()
     assert not default.custom_heldout  # the trainer's own dev questions: no file is handed to eval
