@@ -151,6 +151,19 @@ def _write_graph(layout: BenchLayout, settings: BenchSettings, config: BenchConf
     return path
 
 
+def _trusted_strategy(settings: BenchSettings) -> list[str]:
+    """`--trust-module` for a credit strategy named as code in --credit: the user named it on this command line, so
+    it is their choice, as code named by a stranger's graph is not."""
+    from matpo_graph.core.trust import is_code_ref
+
+    out: list[str] = []
+    for edit in settings.credit_settings:
+        key, _, value = edit.partition("=")
+        if key.strip() == "strategy" and is_code_ref(value.strip()):
+            out += ["--trust-module", value.strip()]
+    return out
+
+
 def _check_frozen_roles(settings: BenchSettings, config: BenchConfig) -> None:
     """Fail on a --frozen-role the configuration's graph does not have, before any warm-up is spent."""
     from matpo_graph.core.loader import load_graph
@@ -210,7 +223,7 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
                             "keep_checkpoints=1", f"policy={args.policy}", *_layers(args, "train_layers="), *noise,
                             *([f"lr={settings.lr!r}"] if settings.lr else []),
                             *([f"temperature={settings.temperature!r}"] if settings.temperature is not None else []),
-                            *settings.train_settings))
+                            *settings.train_settings, *_trusted_strategy(settings)))
         append_log(layout, {"action": "train", "config": config.name, "from": start, "to": trained_step(run),
                             "seconds": seconds})
         return
@@ -226,7 +239,7 @@ def _do(action: Action, layout: BenchLayout, settings: BenchSettings, args: argp
         target = [str(layout.warmup(config.variant) / "model"), "--graph", str(graph), *common,
                   f"seed={settings.seed}", *noise]
     else:
-        target = [str(run), "--step", str(action.step), *common]
+        target = [str(run), "--step", str(action.step), *common, *_trusted_strategy(settings)]  # the run's graph
     seconds = _run(_cli("eval", *target))
     from matpo_graph.core.rollout import read_trees
 

@@ -128,3 +128,48 @@ def test_script_compares_two_configurations_of_one_folder_with_a_paired_accuracy
                               "--config", "single_agent-clean", "--against", "deep_search-clean"],
                              capture_output=True, text=True, check=False)
     assert missing.returncode == 2 and "no evaluation trees for step 0" in missing.stderr
+
+
+def test_census_counts_each_questions_lost_and_won_runs_and_the_top_share():
+    from matpo_graph.bench.flip_census import flip_census, render_flip_census
+
+    start = [make_tree("a", "eg", 0, acc=1.0, hops=1), make_tree("b", "eg", 0, acc=0.0), make_tree("c", "eg", 0, acc=1.0)]
+    runs = {
+        "r1": [make_tree("a", "eg", 0, acc=0.0, hops=1), make_tree("b", "eg", 0, acc=1.0), make_tree("c", "eg", 0, acc=1.0)],
+        "r2": [make_tree("a", "eg", 0, acc=0.0, hops=1), make_tree("b", "eg", 0, acc=0.0), make_tree("c", "eg", 0, acc=1.0)],
+        "r3": start,
+    }
+    reports = {k: compare_evaluations(start, v, before_step=0, after_step=10) for k, v in runs.items()}
+    census = flip_census(reports)
+    assert (census.runs, census.questions, census.flips) == (3, 3, 3)
+    assert [(r.question, r.hops, r.lost, r.won) for r in census.rows] == [("a", 1, 2, 0), ("b", 2, 0, 1)]
+    assert census.share_of_top(1) == pytest.approx(2 / 3) and census.share_of_top(5) == 1.0
+    text = render_flip_census(census, top=1)
+    assert "3 runs, 3 questions each: 3 greedy answers changed (1.0 a run), on 2 distinct questions" in text
+    assert "| a | 1 | 2 | 0 |" in text and "67%" in text
+    with pytest.raises(ValueError, match="at least one run"):
+        flip_census({})
+
+
+def test_census_script_on_fabricated_folders(tmp_path, capsys):
+    import importlib.util
+
+    from matpo_graph.bench.learning_bench import BenchLayout
+
+    def write(folder: Path, step: int, trees: list[RolloutTree]) -> None:
+        path = BenchLayout(folder).eval_trees("deep_search-clean", step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.writelines(t.model_dump_json() + "\n" for t in trees)
+
+    for name, acc in (("s0", 0.0), ("s1", 1.0)):
+        write(tmp_path / name, 0, [make_tree("a", "eg", 0, acc=1.0), make_tree("b", "eg", 0, acc=0.0)])
+        write(tmp_path / name, 10, [make_tree("a", "eg", 0, acc=acc), make_tree("b", "eg", 0, acc=0.0)])
+    write(tmp_path / "bare", 0, [make_tree("a", "eg", 0, acc=1.0)])
+    spec = importlib.util.spec_from_file_location("bench_flip_census", ROOT / "scripts" / "bench_flip_census.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main([str(tmp_path / "s0"), str(tmp_path / "s1")]) == 0
+    assert "| a | 2 | 1 | 0 |" in capsys.readouterr().out
+    assert module.main([str(tmp_path / "s0"), str(tmp_path / "bare")]) == 2
+    assert "steps [0]" in capsys.readouterr().err
