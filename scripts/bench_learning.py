@@ -147,7 +147,10 @@ def _write_graph(layout: BenchLayout, settings: BenchSettings, config: BenchConf
     if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        load_graph(path)  # the copy must load on its own
+        from matpo_graph.core.trust import TrustPolicy, active_trust
+
+        trusted = tuple(_trusted_strategy(settings)[1::2])  # what the train and eval commands will trust
+        load_graph(path, trust=active_trust().merged(TrustPolicy(trusted_code=trusted)))  # the copy must load on its own
     return path
 
 

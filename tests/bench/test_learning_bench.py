@@ -346,13 +346,19 @@ def test_a_frozen_role_is_left_out_of_the_rl_copy_only_and_a_typo_fails_first(tm
     assert "plannr" in capsys.readouterr().err and not (tmp_path / "typo").exists()
 
 
-def test_a_strategy_named_as_code_on_the_command_line_is_trusted_for_its_runs_only():
+def test_a_strategy_named_as_code_on_the_command_line_is_trusted_for_its_runs_only(tmp_path):
     bench = _script()
     ref = "matpo_graph.bench.null_credit:shuffled_broadcast"
     assert bench._trusted_strategy(BenchSettings(credit_settings=("kl.coef=0.1", f"strategy={ref}"))) == [
         "--trust-module", ref]
     assert bench._trusted_strategy(BenchSettings(credit_settings=("strategy=root_only",))) == []
     assert bench._trusted_strategy(BenchSettings()) == []
+    layout, config = BenchLayout(tmp_path), select_configs(["deep_search-clean"])[0]
+    from matpo_graph.core.loader import load_graph
+    from matpo_graph.core.trust import TrustPolicy
+
+    copy = bench._write_graph(layout, BenchSettings(credit_settings=(f"strategy={ref}",)), config, rl=True)
+    assert load_graph(copy, trust=TrustPolicy(trusted_code=(ref,))).credit.strategy == ref
 
 
 def test_heldout_questions_from_the_test_split_and_their_hops():
