@@ -139,7 +139,6 @@ def _write_graph(layout: BenchLayout, settings: BenchSettings, config: BenchConf
         graph = graph.model_copy(update={"limits": graph.limits.model_copy(update=update)})
     if edited:
         graph = graph.model_copy(update={"credit": edit_credit(graph.credit, settings.credit_settings)})
-        _check_frozen_roles(settings, config)
         roles = {name: role.model_copy(update={"trainable": False}) if name in settings.frozen_roles else role
                  for name, role in graph.roles.items()}
         graph = graph.model_copy(update={"roles": roles})
