@@ -1,0 +1,82 @@
+"""Fresh-question pairs: first meetings only, units pooled over pairs, mismatched batches refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from matpo_graph.bench.fresh_pairs import first_met_accuracy, paired_blocks, render_fresh_pairs
+from matpo_graph.bench.learning_bench import BenchLayout
+from .test_flips import make_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "bench_fresh_pairs.py"
+
+
+def test_first_met_scores_each_question_once_at_its_first_step():
+    steps = {1: [make_tree("a", "t", 0, acc=1.0), make_tree("a", "t", 1, acc=0.0), make_tree("b", "t", 0, acc=1.0)],
+             2: [make_tree("a", "t", 0, acc=1.0), make_tree("c", "t", 0, acc=0.0)]}
+    assert first_met_accuracy(steps) == {1: {"a": 0.5, "b": 1.0}, 2: {"c": 0.0}}
+    with pytest.raises(ValueError, match="no reward"):
+        first_met_accuracy({1: [make_tree("a", "t", 0, acc=1.0).model_copy(update={"reward": None})]})
+
+
+def test_blocks_pool_pairs_by_hand():
+    a1 = {1: {"a": 1.0}, 2: {"b": 0.5}, 3: {"c": 1.0}}
+    b1 = {1: {"a": 1.0}, 2: {"b": 0.0}, 3: {"c": 0.0}}
+    a2 = {1: {"x": 0.0}, 2: {"y": 1.0}}
+    b2 = {1: {"x": 0.5}, 2: {"y": 0.5}}
+    rows = paired_blocks([(a1, b1), (a2, b2)], block=2)
+    first, second, overall = rows
+    assert (first.first, first.last, first.difference.n) == (1, 2, 4)
+    assert first.difference.estimate == pytest.approx((0 + 0.5 - 0.5 + 0.5) / 4)
+    assert (second.first, second.last, second.difference.n) == (3, 3, 1)
+    assert second.difference.estimate == pytest.approx(1.0)
+    assert (overall.first, overall.last, overall.difference.n) == (1, 3, 5)
+    assert overall.a == pytest.approx(3.5 / 5) and overall.b == pytest.approx(2.0 / 5)
+    text = render_fresh_pairs(rows, "scored", "null")
+    assert "| 3-3 | 1 | 1.000 | 0.000 | +1.000 (one question) |" in text and "| 1-3 | 5 |" in text
+
+
+def test_different_batches_are_not_paired():
+    with pytest.raises(ValueError, match="step 1: the runs drew different questions"):
+        paired_blocks([({1: {"a": 1.0}}, {1: {"b": 1.0}})], block=10)
+    with pytest.raises(ValueError, match="share no training step"):
+        paired_blocks([({1: {"a": 1.0}}, {2: {"a": 1.0}})], block=10)
+    with pytest.raises(ValueError, match="block"):
+        paired_blocks([({1: {"a": 1.0}}, {1: {"a": 1.0}})], block=0)
+
+
+accuracies = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(accuracies, accuracies), min_size=2, max_size=12), st.integers(1, 5))
+def test_swapping_the_sides_negates_every_difference(units, block):
+    a = {i + 1: {f"q{i}": x} for i, (x, _) in enumerate(units)}
+    b = {i + 1: {f"q{i}": y} for i, (_, y) in enumerate(units)}
+    forward, backward = paired_blocks([(a, b)], block), paired_blocks([(b, a)], block)
+    assert [r.difference.estimate for r in forward] == pytest.approx([-r.difference.estimate for r in backward])
+    assert paired_blocks([(a, a)], block)[-1].difference.estimate == 0.0
+    assert sum(r.difference.n for r in forward[: -1 if len(forward) > 1 else None]) == len(units)
+
+
+def test_script_pairs_two_benchmark_folders(tmp_path: Path):
+    folders = []
+    for name, accs in (("scored", (1.0, 1.0)), ("null", (0.0, 1.0))):
+        run = BenchLayout(tmp_path / name).run("deep_search-clean")
+        (run / "rollouts").mkdir(parents=True)
+        step = [make_tree("a", "t", k, acc=acc) for k, acc in enumerate(accs)]
+        (run / "rollouts" / "step_000001.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in step))
+        folders.append(str(tmp_path / name))
+    out = subprocess.run([sys.executable, str(SCRIPT), "--pair", *folders], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "| 1-1 | 1 | 1.000 | 0.500 | +0.500 (one question) |" in out.stdout
+    missing = subprocess.run([sys.executable, str(SCRIPT), "--pair", folders[0], str(tmp_path / "nothing")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "no training rollouts" in missing.stderr
