@@ -8,7 +8,8 @@ at every step): A first, B second. For every step both ran, each question met th
 by the mean accuracy of its training trees (`runs/<config>/rollouts/step_*.jsonl`) in A and in B; units
 (pair, step, question) are pooled over the pairs in blocks of --block steps and A - B is given with a paired 95% t
 interval (matpo_graph/bench/fresh_pairs.py says why these are fresh questions). Rollouts at the training
-temperature, G trees per question, so a unit is a share of G samples.
+temperature, G trees per question, so a unit is a share of G samples. A run with dynamic sampling
+(`--set min_signal_groups=N`) pairs on each step's regular questions; the extra ones it drew count as met.
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ policy on questions it has never trained on: the step's own batch, drawn before 
 draw the same batches in the same order, whatever their update does, so a question's accuracy in one run minus its
 accuracy in the other is a paired difference between two policies on a fresh question. Run against the null control
 (rewards shuffled within groups), it asks whether learning from the reward helps on questions not yet seen, with
-trees the runs sample anyway. A question met at an earlier step is left out: after it, the policy has trained on it.
+trees the runs sample anyway. A question met at an earlier step is left out: after it, the policy has trained on it. With dynamic sampling a run
+also trains on extra questions that its own outcomes drew (and the other run may not have): those count as met, so
+they are never fresh later, but only each step's regular questions, the same for both runs, are units.
 Pure: takes trees, returns numbers and markdown.
 """
 
@@ -15,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from matpo_graph.core.rollout import RolloutTree
+from matpo_graph.rl.data_order import is_extra_draw
 from matpo_graph.tracking.stats import Interval, mean, paired_difference
 
 __all__ = ["BlockDifference", "first_met_accuracy", "paired_blocks", "render_fresh_pairs"]
@@ -25,7 +28,7 @@ def _question(tree: RolloutTree) -> str:
 
 
 def first_met_accuracy(steps: Mapping[int, Iterable[RolloutTree]]) -> dict[int, dict[str, float]]:
-    """Per step, the mean accuracy of each question's trees, for questions no earlier step held.
+    """Per step, the mean accuracy of each regular question's trees, for questions no earlier step held (in any draw).
 
     Raises:
         ValueError: a tree without a reward (training trees are scored before they are written).
@@ -34,12 +37,15 @@ def first_met_accuracy(steps: Mapping[int, Iterable[RolloutTree]]) -> dict[int, 
     out: dict[int, dict[str, float]] = {}
     for step in sorted(steps):
         scores: dict[str, list[float]] = {}
+        met: set[str] = set()
         for tree in steps[step]:
             if tree.reward is None:
                 raise ValueError(f"tree {tree.tree_id!r} of step {step} has no reward")
-            scores.setdefault(_question(tree), []).append(tree.reward.accuracy)
+            met.add(_question(tree))
+            if not is_extra_draw(tree.group_id):
+                scores.setdefault(_question(tree), []).append(tree.reward.accuracy)
         out[step] = {q: mean(v) for q, v in scores.items() if q not in seen}
-        seen.update(scores)
+        seen.update(met)
     return out
 
 

@@ -4,12 +4,34 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["contrast_questions_for_step", "questions_for_step", "stratified_questions_for_step"]
+__all__ = [
+    "contrast_questions_for_step",
+    "extra_draw_tag",
+    "is_extra_draw",
+    "questions_for_step",
+    "stratified_questions_for_step",
+]
 
 T = TypeVar("T")
+
+_EXTRA_DRAW = re.compile(r"^d[0-9]+-[0-9]+-")
+
+
+def extra_draw_tag(draw: int) -> str:
+    """Rollout tag of dynamic sampling's `draw`-th extra draw (1-based): its groups are ``d<draw>-<step>-<question>``,
+    apart from the step's regular ``s<step>-<question>`` ones, so readers of the saved trees can tell them apart."""
+    if draw < 1:
+        raise ValueError(f"extra draws count from 1, got {draw}")
+    return f"d{draw}-"
+
+
+def is_extra_draw(group_id: str) -> bool:
+    """Whether a training group came from a dynamic-sampling extra draw rather than the step's regular questions."""
+    return _EXTRA_DRAW.match(group_id) is not None
 
 
 def _epoch_order(n: int, seed: int | str, epoch: int) -> list[int]:

@@ -19,7 +19,12 @@ from matpo_graph.core.program import CreditPlan, Program
 from matpo_graph.core.rollout import RolloutTree, write_trees
 from matpo_graph.rl.config import TrainConfig
 from matpo_graph.env.questions import asked_page_kind, asked_relation, hop_count
-from matpo_graph.rl.data_order import contrast_questions_for_step, questions_for_step, stratified_questions_for_step
+from matpo_graph.rl.data_order import (
+    contrast_questions_for_step,
+    extra_draw_tag,
+    questions_for_step,
+    stratified_questions_for_step,
+)
 from matpo_graph.rl.interrupt import StopFlag
 from matpo_graph.tracking.metric_names import canonical_row, verl_batch_metrics
 from matpo_graph.tracking.rollout_metrics import accuracy_signal_groups, rollout_metrics
@@ -210,7 +215,7 @@ class LocalTrainer:
             draws += 1
             if not more:
                 continue
-            extra = session.rollout_groups(more, group_size=self.group_size, step=step, tag=f"d{draws - 1}-")
+            extra = session.rollout_groups(more, group_size=self.group_size, step=step, tag=extra_draw_tag(draws - 1))
             if self.stop:
                 return None, draws
             trees = trees + session.score(extra, self.plan)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from matpo_graph.bench.fresh_pairs import first_met_accuracy, paired_blocks, render_fresh_pairs
 from matpo_graph.bench.learning_bench import BenchLayout
+from matpo_graph.rl.data_order import extra_draw_tag, is_extra_draw
 from .test_flips import make_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,20 @@ def test_first_met_scores_each_question_once_at_its_first_step():
     assert first_met_accuracy(steps) == {1: {"a": 0.5, "b": 1.0}, 2: {"c": 0.0}}
     with pytest.raises(ValueError, match="no reward"):
         first_met_accuracy({1: [make_tree("a", "t", 0, acc=1.0).model_copy(update={"reward": None})]})
+
+
+def test_extra_draws_count_as_met_but_are_not_units():
+    """Dynamic sampling's extra questions differ between runs: never units, but after them a question is not fresh."""
+    extra = make_tree("b", "t", 0, acc=1.0).model_copy(update={"group_id": "d1-0-b", "tree_id": "d1-0-b/0"})
+    steps = {1: [make_tree("a", "t", 0, acc=0.0), extra], 2: [make_tree("b", "t", 0, acc=1.0), make_tree("c", "t", 0, acc=0.5)]}
+    assert first_met_accuracy(steps) == {1: {"a": 0.0}, 2: {"c": 0.5}}
+
+
+def test_the_trainers_extra_draw_tag_is_recognised():
+    assert is_extra_draw(f"{extra_draw_tag(1)}7-ew0-2h-00067") and is_extra_draw(f"{extra_draw_tag(12)}0-q")
+    assert not is_extra_draw("s7-ew0-2h-00067") and not is_extra_draw("d-7-q") and not is_extra_draw("eg-q")
+    with pytest.raises(ValueError, match="count from 1"):
+        extra_draw_tag(0)
 
 
 def test_blocks_pool_pairs_by_hand():
