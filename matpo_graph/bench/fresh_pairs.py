@@ -27,14 +27,17 @@ def _question(tree: RolloutTree) -> str:
     return str(tree.metadata.get("question_id") or tree.question)
 
 
-def first_met_accuracy(steps: Mapping[int, Iterable[RolloutTree]]) -> dict[int, dict[str, float]]:
-    """Per step, the mean accuracy of each regular question's trees, for questions no earlier step held (in any draw).
+def first_met_accuracy(steps: Mapping[int, Iterable[RolloutTree]]) -> dict[int, dict[str, float | None]]:
+    """Per step, each regular question's mean accuracy, or None when an earlier step held it (in any draw).
+
+    The Nones keep the step's whole regular batch visible, so a pair can still be checked for drawing the same
+    questions when one run met some of them earlier as extra draws.
 
     Raises:
         ValueError: a tree without a reward (training trees are scored before they are written).
     """
     seen: set[str] = set()
-    out: dict[int, dict[str, float]] = {}
+    out: dict[int, dict[str, float | None]] = {}
     for step in sorted(steps):
         scores: dict[str, list[float]] = {}
         met: set[str] = set()
@@ -44,7 +47,7 @@ def first_met_accuracy(steps: Mapping[int, Iterable[RolloutTree]]) -> dict[int, 
             met.add(_question(tree))
             if not is_extra_draw(tree.group_id):
                 scores.setdefault(_question(tree), []).append(tree.reward.accuracy)
-        out[step] = {q: mean(v) for q, v in scores.items() if q not in seen}
+        out[step] = {q: None if q in seen else mean(v) for q, v in scores.items()}
         seen.update(met)
     return out
 
@@ -60,9 +63,11 @@ class BlockDifference:
     difference: Interval
 
 
-def paired_blocks(pairs: Sequence[tuple[Mapping[int, Mapping[str, float]], Mapping[int, Mapping[str, float]]]],
+def paired_blocks(pairs: Sequence[tuple[Mapping[int, Mapping[str, float | None]], Mapping[int, Mapping[str, float | None]]]],
                   block: int) -> list[BlockDifference]:
     """Pool (step, question) units of every pair into blocks of `block` steps and pair A against B in each.
+
+    A unit is a question of the step's batch that is fresh (not None) in both runs.
 
     Raises:
         ValueError: a pair's runs drew different questions at a step they share (not the same batches, so not
@@ -84,8 +89,11 @@ def paired_blocks(pairs: Sequence[tuple[Mapping[int, Mapping[str, float]], Mappi
             key = (step - 1) // block
             steps_in.setdefault(key, set()).add(step)
             for q in a[step]:
-                units_a.setdefault(key, {})[f"{index}|{step}|{q}"] = a[step][q]
-                units_b.setdefault(key, {})[f"{index}|{step}|{q}"] = b[step][q]
+                x, y = a[step][q], b[step][q]
+                if x is None or y is None:
+                    continue
+                units_a.setdefault(key, {})[f"{index}|{step}|{q}"] = x
+                units_b.setdefault(key, {})[f"{index}|{step}|{q}"] = y
     rows = []
     for key in sorted(units_a):
         if not units_a[key]:

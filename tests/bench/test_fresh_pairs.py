@@ -22,7 +22,7 @@ SCRIPT = ROOT / "scripts" / "bench_fresh_pairs.py"
 def test_first_met_scores_each_question_once_at_its_first_step():
     steps = {1: [make_tree("a", "t", 0, acc=1.0), make_tree("a", "t", 1, acc=0.0), make_tree("b", "t", 0, acc=1.0)],
              2: [make_tree("a", "t", 0, acc=1.0), make_tree("c", "t", 0, acc=0.0)]}
-    assert first_met_accuracy(steps) == {1: {"a": 0.5, "b": 1.0}, 2: {"c": 0.0}}
+    assert first_met_accuracy(steps) == {1: {"a": 0.5, "b": 1.0}, 2: {"a": None, "c": 0.0}}
     with pytest.raises(ValueError, match="no reward"):
         first_met_accuracy({1: [make_tree("a", "t", 0, acc=1.0).model_copy(update={"reward": None})]})
 
@@ -31,7 +31,18 @@ def test_extra_draws_count_as_met_but_are_not_units():
     """Dynamic sampling's extra questions differ between runs: never units, but after them a question is not fresh."""
     extra = make_tree("b", "t", 0, acc=1.0).model_copy(update={"group_id": "d1-0-b", "tree_id": "d1-0-b/0"})
     steps = {1: [make_tree("a", "t", 0, acc=0.0), extra], 2: [make_tree("b", "t", 0, acc=1.0), make_tree("c", "t", 0, acc=0.5)]}
-    assert first_met_accuracy(steps) == {1: {"a": 0.0}, 2: {"c": 0.5}}
+    assert first_met_accuracy(steps) == {1: {"a": 0.0}, 2: {"b": None, "c": 0.5}}
+
+
+def test_a_question_one_run_met_earlier_is_no_unit_but_the_batch_still_pairs():
+    """Run A drew b as an extra at step 1; at step 2 both runs hold b regularly: only c is a unit, no refusal."""
+    extra = make_tree("b", "t", 0, acc=1.0).model_copy(update={"group_id": "d1-0-b", "tree_id": "d1-0-b/0"})
+    a = first_met_accuracy({1: [make_tree("a", "t", 0, acc=0.0), extra],
+                            2: [make_tree("b", "t", 0, acc=1.0), make_tree("c", "t", 0, acc=1.0)]})
+    b = first_met_accuracy({1: [make_tree("a", "t", 0, acc=0.0)],
+                            2: [make_tree("b", "t", 0, acc=0.0), make_tree("c", "t", 0, acc=0.5)]})
+    rows = paired_blocks([(a, b)], block=1)
+    assert [(r.first, r.difference.n, r.difference.estimate) for r in rows] == [(1, 1, 0.0), (2, 1, 0.5), (1, 2, 0.25)]
 
 
 def test_the_trainers_extra_draw_tag_is_recognised():
