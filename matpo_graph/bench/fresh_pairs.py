@@ -5,9 +5,10 @@ policy on questions it has never trained on: the step's own batch, drawn before 
 draw the same batches in the same order, whatever their update does, so a question's accuracy in one run minus its
 accuracy in the other is a paired difference between two policies on a fresh question. Run against the null control
 (rewards shuffled within groups), it asks whether learning from the reward helps on questions not yet seen, with
-trees the runs sample anyway. A question met at an earlier step is left out: after it, the policy has trained on it. With dynamic sampling a run
-also trains on extra questions that its own outcomes drew (and the other run may not have): those count as met, so
-they are never fresh later, but only each step's regular questions, the same for both runs, are units.
+trees the runs sample anyway. A question met at an earlier step is left out: after it, the policy has trained on it.
+With dynamic sampling a run also trains on extra questions that its own outcomes drew (and the other run may not
+have): those count as met, so they are never fresh later, but only each step's regular questions, the same for
+both runs, are units.
 Pure: takes trees, returns numbers and markdown.
 """
 
